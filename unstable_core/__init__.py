@@ -1,0 +1,54 @@
+"""unstable: a plugin framework for online RL of language models by self-play on text games.
+
+Public names are imported lazily so that ``import unstable_core`` stays light: no torch, ray,
+vllm, textarena or transformers, and pydantic only when a type is first used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import pluggy
+
+__version__ = "0.1.0"
+
+hookimpl = pluggy.HookimplMarker("unstable")
+"""Decorator for plugin hook implementations: ``@hookimpl def unstable_learners(): ...``."""
+
+_LAZY = {
+    # types
+    **{n: "types" for n in (
+        "EnvSpec", "ModelRef", "GameSpec", "Turn", "PlayerTrajectory", "GameResult", "Step", "Batch",
+        "Checkpoint", "GenerationRequest", "Completion", "HookContext", "RunStartContext", "RunEndContext",
+        "GameEndContext", "BatchEndContext", "CheckpointContext", "ValidationStartContext",
+        "ValidationEndContext",
+    )},
+    # component records and protocols
+    **{n: "components" for n in (
+        "ComponentSpec", "EnvProviderSpec", "EnvSamplerSpec", "ModelSamplerSpec", "RaterSpec",
+        "RewardTransformSpec", "BufferSpec", "LearnerSpec", "InferenceSpec", "ExecutorSpec", "TrackerSpec",
+        "TemplateSpec", "NoOptions", "BuildContext", "KINDS", "GameEnv", "EnvProvider", "EnvSampler",
+        "ModelSampler", "Rater", "Buffer", "Learner", "Inference", "Executor", "Tracker", "Template",
+        "FinalRewardTransform", "StepRewardTransform", "SamplingRewardTransform",
+    )},
+    **{n: "errors" for n in ("UnstableError", "ConfigError", "PluginError", "UnknownComponentError")},
+    **{n: "plugins" for n in ("PluginSystem", "PluginRecord", "load_plugins", "get_plugin_system")},
+    **{n: "config" for n in ("RunConfig", "load_config", "ComponentChoice")},
+    "ModelRegistry": "runtime.registry",
+}
+
+__all__ = ["__version__", "hookimpl", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'unstable_core' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"unstable_core.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,0 +1,104 @@
+"""env `textarena`: TextArena games through its own API (make, reset, get_observation, step, close)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .. import hookimpl
+from ..components import EnvProviderSpec
+from ..types import EnvSpec
+
+#: Ids checked to work offline on Python 3.11 here (tests make and play each one).
+KNOWN_ENV_IDS = [
+    "TicTacToe-v0",
+    "TicTacToe-v0-train",
+    "KuhnPoker-v0",
+    "KuhnPoker-v0-train",
+    "KuhnPoker-v0-short",
+    "SimpleTak-v0",
+    "SimpleTak-v0-train",
+    "ConnectFour-v0",
+    "ConnectFour-v0-train",
+    "SimpleNegotiation-v0",
+    "SimpleNegotiation-v0-train",
+]
+
+
+class TextArenaOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    invalid_move_allowance: int = Field(
+        0, ge=0, description="Invalid moves a player may make before losing (UnstableBaselines: 0)."
+    )
+
+
+class TextArenaGame:
+    """One TextArena environment behind the ``GameEnv`` protocol."""
+
+    def __init__(self, env: Any, invalid_move_allowance: int) -> None:
+        self.env = env
+        self.allowance = invalid_move_allowance
+        self._player = 0
+
+    def _state(self) -> Any:
+        return getattr(self.env, "state", None)
+
+    def reset(self, num_players: int, seed: int) -> None:
+        self.env.reset(num_players=num_players, seed=seed)
+        state = self._state()
+        if state is not None and hasattr(state, "error_allowance"):
+            state.error_allowance = self.allowance
+
+    def observe(self) -> tuple[int, str]:
+        pid, obs = self.env.get_observation()
+        self._player = int(pid)
+        if not isinstance(obs, str):  # raw message lists (unwrapped envs)
+            obs = "\n".join(m[1] if isinstance(m, (tuple, list)) and len(m) > 1 else str(m) for m in obs)
+        return self._player, obs
+
+    def step(self, action: str) -> tuple[bool, bool]:
+        state = self._state()
+        errors_before = getattr(state, "error_count", 0)
+        flagged_before = self._flagged(state)
+        done, _info = self.env.step(action=action)
+        # an invalid move either uses up allowance (error_count grows) or ends the game
+        invalid = getattr(state, "error_count", 0) > errors_before or (self._flagged(state) and not flagged_before)
+        return bool(done), invalid
+
+    def _flagged(self, state: Any) -> bool:
+        info = getattr(state, "game_info", None) or {}
+        return bool(info.get(self._player, {}).get("invalid_move", False))
+
+    def close(self) -> tuple[dict[int, float], dict[int, dict[str, Any]]]:
+        out = self.env.close()
+        rewards, info = out if isinstance(out, tuple) else (out, {})
+        rewards = {int(k): float(v) for k, v in (rewards or {}).items()}
+        info = {int(k): dict(v) for k, v in (info or {}).items()}
+        return rewards, info
+
+
+class TextArenaProvider:
+    def __init__(self, options: TextArenaOptions) -> None:
+        self.options = options
+
+    def make(self, env: EnvSpec) -> TextArenaGame:
+        import textarena as ta  # heavy: imported only when a game is made
+
+        return TextArenaGame(ta.make(env.env_id, **env.kwargs), self.options.invalid_move_allowance)
+
+    def known_env_ids(self) -> list[str]:
+        return list(KNOWN_ENV_IDS)
+
+
+@hookimpl
+def unstable_envs() -> list[EnvProviderSpec]:
+    return [
+        EnvProviderSpec(
+            name="textarena",
+            summary="TextArena games by id (make, reset, observe, step, close)",
+            config=TextArenaOptions,
+            factory=lambda options, ctx: TextArenaProvider(options),
+        )
+    ]

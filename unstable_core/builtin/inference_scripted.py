@@ -1,0 +1,172 @@
+"""inference `scripted`: agents that need no model, for fixed opponents, tournaments and tests.
+
+A ``ModelRef`` served by this backend names its agent in ``model`` (``random-valid``,
+``first-valid``, ``greedy``, ``garbage``). Agents read the raw observation; their answers are
+boxed (``\\boxed{4}``) so the templates' extraction applies to them as to a language model.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Callable
+
+from pydantic import BaseModel, ConfigDict
+
+from .. import hookimpl
+from ..components import InferenceSpec
+from ..types import Checkpoint, Completion, GenerationRequest
+
+_BRACKETED = re.compile(r"\[([^\[\]\n]{1,40})\]")
+_AVAILABLE_LINE = re.compile(r"(available (?:moves|actions)[^\n]*|valid (?:moves|actions)[^\n]*)", re.IGNORECASE)
+
+
+def _connect_four_moves(observation: str) -> list[str] | None:
+    idx = observation.rfind("Board state:")
+    if idx < 0:
+        return None
+    lines = [ln for ln in observation[idx:].splitlines()[1:] if ln.strip()]
+    if len(lines) < 3:
+        return None
+    header = lines[0].split()
+    body = [ln.split() for ln in lines[2:] if set(ln.split()) <= {".", "X", "O"} and ln.split()]
+    if not body:
+        return None
+    top = body[0]
+    return [f"[col {header[c]}]" for c in range(min(len(header), len(top))) if top[c] == "."]
+
+
+def valid_moves(observation: str) -> list[str]:
+    """Valid moves read off a TextArena observation (the last 'available moves' line, a
+    ConnectFour board), or every bracketed option in it as a fallback."""
+    lines = _AVAILABLE_LINE.findall(observation)
+    if lines:
+        moves = [f"[{m.strip()}]" for m in _BRACKETED.findall(lines[-1])]
+        if moves:
+            return list(dict.fromkeys(moves))
+    c4 = _connect_four_moves(observation)
+    if c4:
+        return c4
+    return list(dict.fromkeys(f"[{m.strip()}]" for m in _BRACKETED.findall(observation)))
+
+
+def _tictactoe_board(observation: str) -> tuple[list[str], str] | None:
+    """(cells, my symbol) from a TicTacToe observation, or None."""
+    me = re.search(r"you will be '([XO])'", observation)
+    idx = observation.rfind("Current Board:")
+    if me is None or idx < 0:
+        return None
+    rows = [ln for ln in observation[idx:].splitlines()[1:] if "|" in ln][:3]
+    if len(rows) != 3:
+        return None
+    cells = [c.strip() for row in rows for c in row.split("|")]
+    if len(cells) != 9:
+        return None
+    return cells, me.group(1)
+
+
+_LINES = [(0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6)]
+
+
+def _completing_move(cells: list[str], symbol: str) -> int | None:
+    for line in _LINES:
+        marks = [cells[i] for i in line]
+        if marks.count(symbol) == 2:
+            for i in line:
+                if cells[i] not in ("X", "O"):
+                    return i
+    return None
+
+
+def _boxed(move: str) -> str:
+    return f"\\boxed{{{move}}}"
+
+
+def agent_random_valid(observation: str, rng: random.Random) -> str:
+    moves = valid_moves(observation)
+    return _boxed(rng.choice(moves)) if moves else "I cannot find a valid move."
+
+
+def agent_first_valid(observation: str, rng: random.Random) -> str:
+    moves = valid_moves(observation)
+    return _boxed(moves[0]) if moves else "I cannot find a valid move."
+
+
+def agent_greedy(observation: str, rng: random.Random) -> str:
+    """TicTacToe: win if possible, else block, else random-valid. Other games: random-valid."""
+    board = _tictactoe_board(observation)
+    if board is not None:
+        cells, me = board
+        other = "X" if me == "O" else "O"
+        for symbol in (me, other):
+            cell = _completing_move(cells, symbol)
+            if cell is not None:
+                return _boxed(f"[{cell}]")
+    return agent_random_valid(observation, rng)
+
+
+GARBAGE = [
+    "",
+    "x" * 100_000,
+    "\udcff\udcfe invalid utf-8 \udc80",
+    "\\boxed{banana}",
+    "[[[[]]]]]]",
+    "\x00\x01\x02",
+    "\\boxed{" + "9" * 5000 + "}",
+    "Let me think... " * 200,
+]
+
+
+def agent_garbage(observation: str, rng: random.Random) -> str:
+    """Empty, huge, non-UTF-8 (lone surrogates) or nonsense completions, for fault tests."""
+    return rng.choice(GARBAGE)
+
+
+AGENTS: dict[str, Callable[[str, random.Random], str]] = {
+    "random-valid": agent_random_valid,
+    "first-valid": agent_first_valid,
+    "greedy": agent_greedy,
+    "garbage": agent_garbage,
+}
+
+
+class ScriptedOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ScriptedInference:
+    """Serves scripted agents; every call completes at once (no batching needed)."""
+
+    tokenizer = None
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def generate(self, request: GenerationRequest) -> Completion:
+        return self.complete(request)
+
+    def complete(self, request: GenerationRequest) -> Completion:
+        agent = AGENTS.get(request.model.model)
+        if agent is None:
+            raise ValueError(f"unknown scripted agent {request.model.model!r}; known: {', '.join(AGENTS)}")
+        self.calls += 1
+        text = agent(request.observation, random.Random(request.seed))
+        return Completion(text=text, policy_version=request.model.version)
+
+    def load_checkpoint(self, checkpoint: Checkpoint) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+@hookimpl
+def unstable_inference_backends() -> list[InferenceSpec]:
+    return [
+        InferenceSpec(
+            name="scripted",
+            summary=f"Agents that need no model: {', '.join(AGENTS)}",
+            config=ScriptedOptions,
+            factory=lambda options, ctx: ScriptedInference(),
+        )
+    ]

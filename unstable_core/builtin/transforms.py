@@ -1,0 +1,151 @@
+"""Reward transforms: final (game rewards), step (one step), sampling (a drawn batch).
+
+final     win-draw-loss, role-advantage, role-advantage-by-env
+step      reward-for-format, penalty-for-invalid-move
+sampling  normalize, normalize-by-env
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Hashable
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .. import hookimpl
+from ..components import NoOptions, RewardTransformSpec
+from ..types import Step
+
+
+class _Opts(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# -- final ----------------------------------------------------------------------------------------
+
+
+def win_draw_loss(rewards: dict[int, float], env_id: str) -> dict[int, float]:
+    """+1 for a player whose reward beats every other's, -1 below the best other, 0 on a tie.
+    A single player keeps the sign of its reward."""
+    out = {}
+    for pid, r in rewards.items():
+        others = [v for p, v in rewards.items() if p != pid]
+        ref = max(others) if others else 0.0
+        out[pid] = 1.0 if r > ref else (-1.0 if r < ref else 0.0)
+    return out
+
+
+class RoleAdvantageOptions(_Opts):
+    tau: float = Field(0.02, gt=0, le=1, description="EMA rate: baseline <- (1 - tau) * baseline + tau * reward.")
+    update_before_read: bool = Field(
+        False, description="False (SPIRAL, default): subtract the baseline as it was before this game; True: update first."
+    )
+
+
+class RoleAdvantage:
+    """Subtract a per-role (player id) EMA baseline of the final reward. The by-env variant keys
+    the baseline by (env_id, player id)."""
+
+    def __init__(self, options: RoleAdvantageOptions, by_env: bool) -> None:
+        self.tau = options.tau
+        self.update_first = options.update_before_read
+        self.by_env = by_env
+        self.baseline: dict[Hashable, float] = defaultdict(float)
+
+    def __call__(self, rewards: dict[int, float], env_id: str) -> dict[int, float]:
+        out = {}
+        for pid, r in rewards.items():
+            key = (env_id, pid) if self.by_env else pid
+            old = self.baseline[key]
+            new = (1 - self.tau) * old + self.tau * r
+            self.baseline[key] = new
+            out[pid] = r - (new if self.update_first else old)
+        return out
+
+
+# -- step -----------------------------------------------------------------------------------------
+
+
+class RewardForFormatOptions(_Opts):
+    reward: float = Field(0.25, description="Added when the completion followed the answer format.")
+    penalty: float = Field(-0.25, description="Added when it did not.")
+
+
+class RewardForFormat:
+    def __init__(self, options: RewardForFormatOptions) -> None:
+        self.o = options
+
+    def __call__(self, step: Step) -> Step:
+        bonus = self.o.reward if step.turn.format_ok else self.o.penalty
+        return step.model_copy(update={"reward": step.reward + bonus})
+
+
+class InvalidMoveOptions(_Opts):
+    reward: float = Field(0.0, description="Added to a valid move.")
+    penalty: float = Field(-1.0, description="Added to a move the environment rejected.")
+
+
+class PenaltyForInvalidMove:
+    def __init__(self, options: InvalidMoveOptions) -> None:
+        self.o = options
+
+    def __call__(self, step: Step) -> Step:
+        bonus = self.o.penalty if step.turn.invalid else self.o.reward
+        return step.model_copy(update={"reward": step.reward + bonus})
+
+
+# -- sampling -------------------------------------------------------------------------------------
+
+
+class NormalizeOptions(_Opts):
+    eps: float = Field(1e-8, gt=0, description="Added to the standard deviation before dividing.")
+    subtract_mean: bool = Field(True, description="z-score (True) or divide by the std only (False).")
+
+
+def zscore(values: list[float], eps: float, subtract_mean: bool = True) -> list[float]:
+    """(v - mean) / (std + eps) with the population std; a group with zero variance gives zeros."""
+    n = len(values)
+    if n == 0:
+        return []
+    mean = sum(values) / n
+    var = sum((v - mean) ** 2 for v in values) / n
+    std = math.sqrt(var)
+    if all(v == values[0] for v in values):
+        return [0.0] * n
+    return [((v - mean) if subtract_mean else v) / (std + eps) for v in values]
+
+
+class Normalize:
+    def __init__(self, options: NormalizeOptions, by_env: bool) -> None:
+        self.o = options
+        self.by_env = by_env
+
+    def __call__(self, steps: list[Step]) -> list[Step]:
+        groups: dict[str, list[int]] = defaultdict(list)
+        for i, s in enumerate(steps):
+            groups[s.env_id if self.by_env else ""].append(i)
+        out = list(steps)
+        for idx in groups.values():
+            normed = zscore([steps[i].reward for i in idx], self.o.eps, self.o.subtract_mean)
+            for i, v in zip(idx, normed):
+                out[i] = steps[i].model_copy(update={"reward": v})
+        return out
+
+
+def _spec(name: str, stage: str, summary: str, config: type[BaseModel], factory: Any) -> RewardTransformSpec:
+    return RewardTransformSpec(name=name, stage=stage, summary=summary, config=config, factory=factory)
+
+
+@hookimpl
+def unstable_reward_transforms() -> list[RewardTransformSpec]:
+    return [
+        _spec("win-draw-loss", "final", "Final rewards to +1 win / 0 draw / -1 loss", NoOptions, lambda o, ctx: win_draw_loss),
+        _spec("role-advantage", "final", "Subtract a per-role EMA baseline (read before update)", RoleAdvantageOptions, lambda o, ctx: RoleAdvantage(o, by_env=False)),
+        _spec("role-advantage-by-env", "final", "Per-(env, role) EMA baseline", RoleAdvantageOptions, lambda o, ctx: RoleAdvantage(o, by_env=True)),
+        _spec("reward-for-format", "step", "Add reward/penalty for the answer format", RewardForFormatOptions, lambda o, ctx: RewardForFormat(o)),
+        _spec("penalty-for-invalid-move", "step", "Add penalty to moves the env rejected", InvalidMoveOptions, lambda o, ctx: PenaltyForInvalidMove(o)),
+        _spec("normalize", "sampling", "z-score rewards over the batch (std + eps)", NormalizeOptions, lambda o, ctx: Normalize(o, by_env=False)),
+        _spec("normalize-by-env", "sampling", "z-score rewards per env within the batch", NormalizeOptions, lambda o, ctx: Normalize(o, by_env=True)),
+    ]

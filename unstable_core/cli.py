@@ -1,0 +1,291 @@
+"""The ``unstable`` command line (click; output with rich).
+
+Every error caused by input prints one clear message and exits with status 2; no traceback.
+Plugins add subcommands through ``unstable_register_commands``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from . import __version__
+from .errors import UnstableError
+
+
+def _system() -> Any:
+    from .plugins import get_plugin_system
+
+    return get_plugin_system()
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console()
+
+
+def _print_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, default=str))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="unstable")
+def cli() -> None:
+    """unstable: online RL of language models by self-play on text games."""
+
+
+# -- run ----------------------------------------------------------------------------------------
+
+
+def default_run_dir(name: str) -> str:
+    return str(Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}")
+
+
+def make_loop(config_path: str, overrides: tuple[str, ...] = (), run_dir: str | None = None) -> Any:
+    """Load and validate a config, then build every component of its run."""
+    from .config import load_config
+    from .runtime.loop import Loop
+
+    cfg = load_config(config_path, overrides)
+    return Loop(cfg, _system(), run_dir or cfg.run_dir or default_run_dir(cfg.name), source=config_path)
+
+
+@cli.command()
+@click.argument("config", type=click.Path(dir_okay=False))
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a config key (repeatable).")
+@click.option("--run-dir", type=click.Path(file_okay=False), default=None, help="Run directory (default runs/NAME-TIME).")
+def run(config: str, overrides: tuple[str, ...], run_dir: str | None) -> None:
+    """Run a config: train, or without a learner play a tournament."""
+    loop = make_loop(config, overrides, run_dir)
+    click.echo(f"run directory: {loop.run_dir}", err=True)
+    try:
+        end = loop.executor.run(loop)
+    except KeyboardInterrupt:
+        click.echo(f"interrupted; everything so far is in {loop.run_dir}", err=True)
+        sys.exit(130)
+    _print_results(loop)
+    click.echo(f"{end.status}: {end.games_played} games, {end.learner_steps} learner steps -> {loop.run_dir}", err=True)
+
+
+def _print_results(loop: Any) -> None:
+    from rich.table import Table
+
+    if not loop.eval_records:
+        return
+    last = max(r["step"] for r in loop.eval_records)
+    t = Table(title=f"evaluation (step {last})")
+    for col in ("env", "model", "opponent", "games", "win", "draw", "loss", "invalid"):
+        t.add_column(col)
+    for r in loop.eval_records:
+        if r["step"] == last:
+            t.add_row(r["env_id"], r["model"], r["opponent"], str(r["games"]),
+                      *(f"{r[k]:.2f}" for k in ("win_rate", "draw_rate", "loss_rate", "invalid_rate")))
+    _console().print(t)
+
+
+# -- plugins --------------------------------------------------------------------------------------
+
+
+@cli.group()
+def plugins() -> None:
+    """Installed plugins."""
+
+
+@plugins.command("list")
+@click.option("--all", "show_all", is_flag=True, help="Include the core's built-in plugins.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON: a list of plugin objects.")
+def plugins_list(show_all: bool, as_json: bool) -> None:
+    """List plugins: name, package, version, status, components, hooks. Always exits 0."""
+    records = [r for r in _system().plugin_records() if show_all or not r.builtin]
+    if as_json:
+        _print_json([r.as_dict() for r in records])
+        return
+    from rich.table import Table
+
+    if not records:
+        click.echo("No plugins installed (use --all to include the built-ins).")
+        return
+    table = Table(title="unstable plugins")
+    for col in ("Name", "Package", "Version", "Status", "Components", "Hooks"):
+        table.add_column(col, overflow="fold")
+    colour = {"active": "green", "disabled": "yellow", "error": "red"}
+    for r in records:
+        status = f"[{colour[r.status]}]{r.status}[/]"
+        comps = ", ".join(r.components) if r.status != "error" else f"[red]{r.error}[/]"
+        hooks = ", ".join(h for h in r.hooks if h.startswith("unstable_"))
+        table.add_row(r.name, r.package, r.version, status, comps, hooks)
+    _console().print(table)
+
+
+# -- components -----------------------------------------------------------------------------------
+
+
+@cli.group()
+def components() -> None:
+    """Components offered by the loaded plugins."""
+
+
+def _option_rows(spec: Any) -> list[dict[str, Any]]:
+    from pydantic_core import PydanticUndefined
+
+    rows = []
+    for name, f in spec.config.model_fields.items():
+        ann = f.annotation
+        typ = getattr(ann, "__name__", None) or str(ann).replace("typing.", "")
+        default = None if f.default is PydanticUndefined and f.default_factory is None else (
+            f.default_factory() if f.default_factory is not None else f.default
+        )
+        rows.append({"name": name, "type": typ, "default": default, "required": f.is_required(), "description": f.description or ""})
+    return rows
+
+
+@components.command("list")
+@click.option("--kind", default=None, help="Only this kind (env, learner, model_sampler, ...).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def components_list(kind: str | None, as_json: bool) -> None:
+    """List components: kind, name, summary, plugin."""
+    from .components import KINDS
+
+    if kind is not None and kind not in KINDS:
+        raise UnstableError(f"unknown kind {kind!r}; kinds are: {', '.join(KINDS)}")
+    system = _system()
+    rows = [
+        {"kind": k, "name": n, "summary": spec.summary, "plugin": rec.name, "package": rec.package,
+         **({"stage": spec.stage} if hasattr(spec, "stage") else {})}
+        for (k, n), (spec, rec) in sorted(system.catalog.items(), key=lambda kv: (list(KINDS).index(kv[0][0]), kv[0][1]))
+        if kind is None or k == kind
+    ]
+    if as_json:
+        _print_json(rows)
+        return
+    from rich.table import Table
+
+    table = Table(title="unstable components")
+    for col in ("Kind", "Name", "Summary", "Plugin"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        table.add_row(r["kind"], r["name"], r["summary"] + (f" ({r['stage']})" if "stage" in r else ""), r["plugin"])
+    _console().print(table)
+
+
+@components.command("show")
+@click.argument("kind")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def components_show(kind: str, name: str, as_json: bool) -> None:
+    """Show one component and each of its options (type, default, description)."""
+    system = _system()
+    spec = system.get(kind, name)
+    rec = system.provider_of(kind, name)
+    rows = _option_rows(spec)
+    if as_json:
+        _print_json({"kind": kind, "name": name, "summary": spec.summary, "plugin": rec.name, "package": rec.package,
+                     "version": rec.version, "options": rows})
+        return
+    from rich.table import Table
+
+    console = _console()
+    console.print(f"[bold]{kind}:{name}[/] - {spec.summary}\nfrom plugin {rec.name} ({rec.package} {rec.version})")
+    if not rows:
+        console.print("no options")
+        return
+    table = Table()
+    for col in ("Option", "Type", "Default", "Description"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        table.add_row(r["name"], r["type"], "(required)" if r["required"] else repr(r["default"]), r["description"])
+    console.print(table)
+
+
+# -- config ---------------------------------------------------------------------------------------
+
+
+@cli.group("config")
+def config_group() -> None:
+    """Run configs."""
+
+
+@config_group.command("schema")
+def config_schema() -> None:
+    """Print the JSON Schema of the run config, every plugin's options included."""
+    from .config import config_json_schema
+
+    _print_json(config_json_schema(_system()))
+
+
+@config_group.command("check")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a config key (repeatable).")
+def config_check(file: str, overrides: tuple[str, ...]) -> None:
+    """Validate a config and every chosen component's options; exit 2 on any problem."""
+    from .config import load_config, resolve_components
+
+    cfg = load_config(file, overrides)
+    resolved = resolve_components(cfg, _system(), file)
+    click.echo(f"{file}: ok ({len(resolved)} components: " + ", ".join(f"{k}={s.name}" for k, (s, _) in resolved.items()) + ")")
+
+
+# -- envs -----------------------------------------------------------------------------------------
+
+
+@cli.group()
+def envs() -> None:
+    """Environments."""
+
+
+@envs.command("list")
+@click.option("--provider", default="textarena", show_default=True, help="Env provider component.")
+def envs_list(provider: str) -> None:
+    """List environment ids known to work offline here."""
+    from .components import BuildContext
+    from .config import validate_options
+
+    spec = _system().get("env", provider)
+    env = spec.factory(validate_options(spec, {}, "envs list", "env"), BuildContext())
+    for env_id in env.known_env_ids():
+        click.echo(env_id)
+
+
+# -- plugin commands --------------------------------------------------------------------------------
+
+
+def _register_plugin_commands() -> None:
+    system = _system()
+    for impl in system.pm.hook.unstable_register_commands.get_hookimpls():
+        try:
+            impl.function(cli=cli)
+        except Exception as exc:
+            if system.strict:
+                raise
+            rec = system.records.get(impl.plugin_name)
+            if rec is not None:
+                rec.status = "error"
+                rec.error = f"hook unstable_register_commands raised: {type(exc).__name__}: {exc}"
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        _register_plugin_commands()
+        cli.main(args=argv, prog_name="unstable", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code if exc.exit_code else 2)
+    except UnstableError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

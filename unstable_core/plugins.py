@@ -1,0 +1,302 @@
+"""The plugin manager: built-ins, entry points, per-plugin error isolation, switches, catalog.
+
+Loading order: the core's built-in plugin modules (``unstable_core.builtin.*``), then every entry
+point of group ``unstable``, one at a time. A plugin that fails to import, whose registration hook
+raises, that implements an unknown hook, or that returns a record of the wrong type is recorded
+with status ``error`` and unregistered; the others keep working.
+
+Environment switches:
+
+``UNSTABLE_LOAD_PLUGINS``     comma list of entry-point or distribution names to load; set but
+                              empty loads no entry-point plugin (built-ins always load).
+``UNSTABLE_DISABLE_PLUGINS``  comma list of plugin or distribution names not to load (status
+                              ``disabled``); built-ins may be disabled too, by their name.
+``UNSTABLE_STRICT_PLUGINS=1`` re-raise a plugin's error instead of recording it (for authors).
+``UNSTABLE_TRACE_PLUGINS=1``  print each hook call and its result to stderr.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import os
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import pluggy
+
+from . import __version__, hookspecs
+from .components import KINDS, ComponentSpec
+from .errors import PluginError, UnknownComponentError
+
+GROUP = "unstable"
+CORE_DIST = "unstable-core"
+
+#: The core's own plugin modules, registered before any entry point.
+BUILTIN_MODULES = (
+    "env_textarena",
+    "templates",
+    "samplers",
+    "raters",
+    "transforms",
+    "buffers",
+    "inference_scripted",
+    "executor_local",
+    "trackers",
+)
+
+Status = Literal["active", "disabled", "error"]
+
+
+@dataclass
+class PluginRecord:
+    """What `unstable plugins list` shows for one plugin."""
+
+    name: str
+    package: str
+    version: str
+    status: Status = "active"
+    builtin: bool = False
+    components: list[str] = field(default_factory=list)
+    hooks: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "package": self.package,
+            "version": self.version,
+            "status": self.status,
+            "builtin": self.builtin,
+            "components": list(self.components),
+            "hooks": list(self.hooks),
+            "error": self.error,
+        }
+
+
+def _env_list(var: str) -> list[str] | None:
+    raw = os.environ.get(var)
+    if raw is None:
+        return None
+    return [x.strip() for x in raw.split(",") if x.strip()]
+
+
+def _truthy(var: str) -> bool:
+    return os.environ.get(var, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _describe(exc: BaseException) -> str:
+    msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__
+
+
+class PluginSystem:
+    """A pluggy manager plus the records of every plugin and the component catalog."""
+
+    def __init__(self, *, strict: bool | None = None, trace: bool | None = None) -> None:
+        self.pm = pluggy.PluginManager(GROUP)
+        self.pm.add_hookspecs(hookspecs)
+        self.records: dict[str, PluginRecord] = {}
+        self.catalog: dict[tuple[str, str], tuple[ComponentSpec, PluginRecord]] = {}
+        self.strict = _truthy("UNSTABLE_STRICT_PLUGINS") if strict is None else strict
+        self.trace = _truthy("UNSTABLE_TRACE_PLUGINS") if trace is None else trace
+        if self.trace:
+            self.pm.add_hookcall_monitoring(self._trace_before, self._trace_after)
+
+    # -- tracing ------------------------------------------------------------------------------
+    @staticmethod
+    def _trace_before(hook_name: str, impls: list[Any], kwargs: dict[str, Any]) -> None:
+        names = ", ".join(i.plugin_name for i in impls)
+        print(f"[unstable trace] {hook_name}({', '.join(kwargs)}) -> [{names}]", file=sys.stderr)
+
+    @staticmethod
+    def _trace_after(outcome: Any, hook_name: str, impls: list[Any], kwargs: dict[str, Any]) -> None:
+        exc = outcome.exception
+        state = f"raised {_describe(exc)}" if exc else "ok"
+        print(f"[unstable trace] {hook_name} {state}", file=sys.stderr)
+
+    # -- registration ---------------------------------------------------------------------------
+    @property
+    def hook(self) -> Any:
+        return self.pm.hook
+
+    def _fail(self, record: PluginRecord, exc: BaseException, where: str) -> None:
+        if self.strict:
+            raise exc
+        record.status = "error"
+        record.error = f"{where}: {_describe(exc)}"
+        record.components = []
+        plugin = self.pm.get_plugin(record.name)
+        if plugin is not None:
+            self.pm.unregister(plugin)
+        # drop anything this plugin had already added to the catalog
+        self.catalog = {k: v for k, v in self.catalog.items() if v[1] is not record}
+
+    def register(self, plugin: Any, *, name: str, package: str, version: str, builtin: bool = False) -> PluginRecord:
+        """Register one plugin object (module or instance) and collect its components."""
+        record = PluginRecord(name=name, package=package, version=version, builtin=builtin)
+        self.records[name] = record
+        try:
+            self.pm.register(plugin, name=name)
+        except Exception as exc:  # duplicate name, bad hookimpl signature
+            self._fail(record, exc, "register")
+            return record
+        unknown = [
+            impl.name
+            for impl in self.pm.get_hookcallers(plugin) or []
+            if not impl.has_spec()
+        ]
+        if unknown:
+            self._fail(record, PluginError(f"implements unknown hook(s) {', '.join(unknown)}"), "register")
+            return record
+        record.hooks = sorted(c.name for c in self.pm.get_hookcallers(plugin) or [])
+        self._collect(plugin, record)
+        return record
+
+    def _collect(self, plugin: Any, record: PluginRecord) -> None:
+        """Call this plugin's registration hooks one by one and add its records to the catalog."""
+        added: list[tuple[str, str]] = []
+        for kind, (hook_name, spec_cls) in KINDS.items():
+            caller = getattr(self.pm.hook, hook_name)
+            impls = [i for i in caller.get_hookimpls() if i.plugin is plugin]
+            for impl in impls:
+                try:
+                    result = impl.function()
+                except Exception as exc:
+                    self._fail(record, exc, f"hook {hook_name} raised")
+                    return
+                try:
+                    specs = self._check_result(result, spec_cls, hook_name)
+                    for spec in specs:
+                        key = (kind, spec.name)
+                        if key in self.catalog:
+                            other = self.catalog[key][1]
+                            raise PluginError(
+                                f"duplicate component {kind}:{spec.name}: provided by plugin '{other.name}' "
+                                f"({other.package} {other.version}) and plugin '{record.name}' "
+                                f"({record.package} {record.version})"
+                            )
+                        self.catalog[key] = (spec, record)
+                        added.append(key)
+                except Exception as exc:
+                    for key in added:
+                        self.catalog.pop(key, None)
+                    self._fail(record, exc, f"hook {hook_name}")
+                    return
+        record.components = [f"{k}:{n}" for k, n in added]
+
+    @staticmethod
+    def _check_result(result: Any, spec_cls: type[ComponentSpec], hook_name: str) -> list[ComponentSpec]:
+        if result is None:
+            return []
+        if not isinstance(result, (list, tuple)):
+            raise PluginError(f"{hook_name} must return a list of {spec_cls.__name__}, got {type(result).__name__}")
+        for item in result:
+            if not isinstance(item, spec_cls):
+                raise PluginError(f"{hook_name} must return {spec_cls.__name__} records, got {type(item).__name__}")
+        return list(result)
+
+    def add_disabled(self, name: str, package: str, version: str, builtin: bool = False) -> None:
+        self.records[name] = PluginRecord(name=name, package=package, version=version, status="disabled", builtin=builtin)
+
+    # -- loading --------------------------------------------------------------------------------
+    def load_builtins(self, disabled: Iterable[str] = ()) -> None:
+        disabled = set(disabled)
+        for short in BUILTIN_MODULES:
+            name = f"core.{short}"
+            if name in disabled or short in disabled:
+                self.add_disabled(name, CORE_DIST, __version__, builtin=True)
+                continue
+            module = importlib.import_module(f"unstable_core.builtin.{short}")
+            self.register(module, name=name, package=CORE_DIST, version=__version__, builtin=True)
+
+    def load_entry_points(self, load: list[str] | None = None, disabled: Iterable[str] = ()) -> None:
+        from importlib.metadata import entry_points
+
+        disabled = set(disabled)
+        seen: set[str] = set()
+        for ep in sorted(entry_points(group=GROUP), key=lambda e: e.name):
+            if ep.name in seen:  # the same distribution found twice on sys.path
+                continue
+            seen.add(ep.name)
+            dist = getattr(ep, "dist", None)
+            package = dist.name if dist is not None else "?"
+            version = dist.version if dist is not None else "?"
+            names = {ep.name, package}
+            if names & disabled or (load is not None and not names & set(load)):
+                self.add_disabled(ep.name, package, version)
+                continue
+            record = PluginRecord(name=ep.name, package=package, version=version)
+            try:
+                plugin = ep.load()
+            except Exception as exc:
+                self.records[ep.name] = record
+                self._fail(record, exc, "import failed")
+                continue
+            self.register(plugin, name=ep.name, package=package, version=version)
+
+    # -- catalog --------------------------------------------------------------------------------
+    def names(self, kind: str) -> list[str]:
+        return sorted(n for k, n in self.catalog if k == kind)
+
+    def get(self, kind: str, name: str) -> ComponentSpec:
+        """The spec registered as (kind, name), or a clear error listing what exists."""
+        if kind not in KINDS:
+            raise UnknownComponentError(f"unknown component kind {kind!r}; kinds are: {', '.join(KINDS)}")
+        found = self.catalog.get((kind, name))
+        if found is not None:
+            return found[0]
+        known = self.names(kind)
+        msg = f"unknown {kind} {name!r}."
+        close = difflib.get_close_matches(name, known, n=1)
+        if close:
+            msg += f" Did you mean {close[0]!r}?"
+        msg += f" Known {kind} components: {', '.join(known) if known else '(none)'}."
+        broken = [r for r in self.records.values() if r.status == "error"]
+        if broken:
+            msg += " Plugins that failed to load: " + "; ".join(f"{r.name} ({r.package}): {r.error}" for r in broken) + "."
+        disabled = [r.name for r in self.records.values() if r.status == "disabled"]
+        if disabled:
+            msg += f" Disabled plugins: {', '.join(disabled)}."
+        raise UnknownComponentError(msg)
+
+    def provider_of(self, kind: str, name: str) -> PluginRecord:
+        self.get(kind, name)
+        return self.catalog[(kind, name)][1]
+
+    def plugin_records(self, include_builtin: bool = True) -> list[PluginRecord]:
+        return [r for r in self.records.values() if include_builtin or not r.builtin]
+
+
+def load_plugins(
+    *,
+    builtins: bool = True,
+    entry_points: bool = True,
+    extra: Iterable[tuple[str, Any]] = (),
+    strict: bool | None = None,
+    trace: bool | None = None,
+) -> PluginSystem:
+    """Build a fresh plugin system: built-ins, then entry points (honouring the env switches),
+    then ``extra`` (name, plugin object) pairs registered as if they were installed plugins."""
+    system = PluginSystem(strict=strict, trace=trace)
+    disabled = _env_list("UNSTABLE_DISABLE_PLUGINS") or []
+    if builtins:
+        system.load_builtins(disabled)
+    if entry_points:
+        system.load_entry_points(_env_list("UNSTABLE_LOAD_PLUGINS"), disabled)
+    for name, plugin in extra:
+        system.register(plugin, name=name, package=getattr(plugin, "__name__", name), version="0")
+    return system
+
+
+_CACHED: PluginSystem | None = None
+
+
+def get_plugin_system() -> PluginSystem:
+    """The process-wide plugin system (built on first use)."""
+    global _CACHED
+    if _CACHED is None:
+        _CACHED = load_plugins()
+    return _CACHED

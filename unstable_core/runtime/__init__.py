@@ -1,0 +1,1 @@
+"""The loop: registry, game runner, reward pipelines, scheduler/collector and trainer stages."""

@@ -1,0 +1,167 @@
+"""The model registry: who can sit at a table, how they did, and which checkpoint is current."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..types import Checkpoint, GameResult, ModelRef
+
+
+@dataclass
+class ModelEntry:
+    ref: ModelRef
+    games: int = 0
+    wins: int = 0
+    draws: int = 0
+    losses: int = 0
+    invalid_games: int = 0
+    rating: dict[str, float] = field(default_factory=dict)
+    active: bool = True
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "uid": self.ref.uid,
+            "kind": self.ref.kind,
+            "backend": self.ref.backend,
+            "model": self.ref.model,
+            "version": self.ref.version,
+            "games": self.games,
+            "wins": self.wins,
+            "draws": self.draws,
+            "losses": self.losses,
+            "invalid_games": self.invalid_games,
+            "active": self.active,
+            "rating": dict(self.rating),
+        }
+
+
+def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:
+    """Write JSON to a temp file in the same folder, fsync, then rename over the target."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=2, sort_keys=True)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+class ModelRegistry:
+    """Base model, checkpoints, fixed opponents, the current checkpoint, match counts and
+    win/draw/loss per model and per pair. Raters store their numbers in ``entry.rating``."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, ModelEntry] = {}
+        self.current_uid: str | None = None
+        #: "uid_a|uid_b" (sorted) -> {"games", "<uid_a>", "<uid_b>", "draws"} (wins per uid)
+        self.pairs: dict[str, dict[str, int]] = {}
+
+    # -- membership ---------------------------------------------------------------------------
+    def add(self, ref: ModelRef, *, current: bool = False) -> ModelEntry:
+        if ref.uid in self.entries:
+            raise ValueError(f"model uid {ref.uid!r} is already registered")
+        entry = ModelEntry(ref=ref)
+        self.entries[ref.uid] = entry
+        if current:
+            self.current_uid = ref.uid
+        return entry
+
+    def add_checkpoint(self, checkpoint: Checkpoint, base: ModelRef) -> ModelRef:
+        """Register a learner checkpoint; it becomes the current model."""
+        ref = base.model_copy(
+            update={"uid": checkpoint.uid, "kind": "checkpoint", "adapter_path": checkpoint.path, "version": checkpoint.version}
+        )
+        self.add(ref, current=True)
+        return ref
+
+    def get(self, uid: str) -> ModelEntry:
+        return self.entries[uid]
+
+    @property
+    def current(self) -> ModelRef | None:
+        return self.entries[self.current_uid].ref if self.current_uid else None
+
+    def fixed(self) -> list[ModelRef]:
+        return [e.ref for e in self.entries.values() if e.ref.kind == "fixed"]
+
+    def checkpoints(self, include_base: bool = True) -> list[ModelRef]:
+        """Learner snapshots, oldest first (the base model first when included)."""
+        kinds = {"checkpoint", "base"} if include_base else {"checkpoint"}
+        refs = [e.ref for e in self.entries.values() if e.ref.kind in kinds]
+        return sorted(refs, key=lambda r: (r.version, r.kind != "base"))
+
+    def active_checkpoints(self, limit: int | None = None) -> list[ModelRef]:
+        refs = [r for r in self.checkpoints() if self.entries[r.uid].active]
+        return refs[-limit:] if limit else refs
+
+    def set_active(self, uids: Iterable[str]) -> None:
+        keep = set(uids)
+        for e in self.entries.values():
+            if e.ref.kind in ("checkpoint", "base"):
+                e.active = e.ref.uid in keep
+
+    # -- results --------------------------------------------------------------------------------
+    @staticmethod
+    def pair_key(a: str, b: str) -> str:
+        return "|".join(sorted((a, b)))
+
+    def record_game(self, result: GameResult) -> None:
+        """Count a finished game for every seat and every pair of distinct seats."""
+        if result.outcome == "failed":
+            return
+        seats = result.game.seats
+        outcomes = {pid: result.outcome_for(pid) for pid in range(len(seats))}
+        for pid, ref in enumerate(seats):
+            entry = self.entries.get(ref.uid)
+            if entry is None:
+                continue
+            entry.games += 1
+            o = outcomes[pid]
+            entry.wins += o == "win"
+            entry.draws += o == "draw"
+            entry.losses += o == "loss"
+            traj = result.trajectories[pid] if pid < len(result.trajectories) else None
+            if traj is not None and any(t.invalid for t in traj.turns):
+                entry.invalid_games += 1
+        for i in range(len(seats)):
+            for j in range(i + 1, len(seats)):
+                a, b = seats[i].uid, seats[j].uid
+                if a == b:
+                    continue
+                pair = self.pairs.setdefault(self.pair_key(a, b), {"games": 0, "draws": 0, a: 0, b: 0})
+                pair["games"] += 1
+                ri, rj = result.rewards.get(i, 0.0), result.rewards.get(j, 0.0)
+                if ri > rj:
+                    pair[a] += 1
+                elif rj > ri:
+                    pair[b] += 1
+                else:
+                    pair["draws"] += 1
+
+    def match_count(self, a: str, b: str) -> int:
+        return self.pairs.get(self.pair_key(a, b), {}).get("games", 0)
+
+    # -- snapshot -------------------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "current": self.current_uid,
+            "models": [e.as_dict() for e in self.entries.values()],
+            "pairs": [
+                {"a": k.split("|")[0], "b": k.split("|")[1], **v} for k, v in sorted(self.pairs.items())
+            ],
+        }
+
+    def write(self, path: str | os.PathLike[str]) -> None:
+        write_json_atomic(path, self.snapshot())
