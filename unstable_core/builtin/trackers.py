@@ -97,7 +97,7 @@ class ConsoleTracker:
             self.last_eval = [r for r in self.last_eval if r.get("step") == record.get("step")] + [record]
             if not self.live_enabled:
                 self.console.print(
-                    f"eval step {record["step"]} {record["env_id"]} {record.get("model", "")} vs {record['opponent']}: "
+                    f"eval step {record['step']} {record['env_id']} {record.get('model', '')} vs {record['opponent']}: "
                     f"win {record['win_rate']:.2f} draw {record['draw_rate']:.2f} loss {record['loss_rate']:.2f} "
                     f"invalid {record['invalid_rate']:.2f} ({record['games']} games)"
                 )
