@@ -259,14 +259,9 @@ def _register_plugin_commands() -> None:
     system = _system()
     for impl in system.pm.hook.unstable_register_commands.get_hookimpls():
         try:
-            impl.function(cli=cli)
+            system.call_impl("unstable_register_commands", impl, cli=cli)
         except Exception as exc:
-            if system.strict:
-                raise
-            rec = system.records.get(impl.plugin_name)
-            if rec is not None:
-                rec.status = "error"
-                rec.error = f"hook unstable_register_commands raised: {type(exc).__name__}: {exc}"
+            system.fail(impl.plugin_name, exc, "hook unstable_register_commands raised")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -61,6 +61,7 @@ class BuildContext:
         hook: Any = None,
         build: Callable[..., Any] | None = None,
         rewards: Any = None,
+        subscribe: Callable[[Any], None] | None = None,
         extras: Mapping[str, Any] | None = None,
     ) -> None:
         self.run_dir = run_dir
@@ -71,7 +72,15 @@ class BuildContext:
         self.hook = hook
         self.build = build
         self.rewards = rewards
+        self._subscribe = subscribe
         self.extras = dict(extras or {})
+
+    def subscribe(self, component: Any) -> None:
+        """Register a component as a plugin for this run, so that its ``@hookimpl`` methods
+        (``unstable_game_end(self, ctx)``, ...) receive lifecycle hooks. Unregistered when the
+        run ends. Outside a run (no loop) this does nothing."""
+        if self._subscribe is not None:
+            self._subscribe(component)
 
 
 class ComponentSpec(BaseModel):

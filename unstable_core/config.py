@@ -395,7 +395,8 @@ def _choice_schema(system: PluginSystem, kind: str, stage: str | None = None) ->
                 "additionalProperties": False,
             }
         )
-    out: dict[str, Any] = {"oneOf": variants}
+    # no plugin offers this kind: nothing validates (jsonschema rejects an empty oneOf)
+    out: dict[str, Any] = {"oneOf": variants} if variants else {"not": {}, "description": f"no {kind} component is installed"}
     if defs:
         out["$defs"] = defs
     return out
@@ -417,6 +418,15 @@ def config_json_schema(system: PluginSystem) -> dict[str, Any]:
             props[key] = {"anyOf": [sub, {"type": "null"}], "default": None}
         else:
             props[key] = sub
+    # shorthands: an opponent or an env may be given as a plain string
+    def allow_str(sub: dict[str, Any], what: str) -> None:
+        for variant in [sub, *sub.get("anyOf", [])]:
+            if variant.get("type") == "array":
+                variant["items"] = {"anyOf": [{"type": "string", "description": what}, variant["items"]]}
+
+    allow_str(props["opponents"], "a scripted agent's name")
+    allow_str(props["train_envs"], "an env id")
+    allow_str(props["eval_envs"], "an env id")
     props["trackers"] = {"type": "array", "items": place(_choice_schema(system, "tracker"))}
     reward = {"type": "object", "additionalProperties": False, "properties": {}}
     for stage in ("final", "step", "sampling"):

@@ -117,6 +117,27 @@ class PluginSystem:
         state = f"raised {_describe(exc)}" if exc else "ok"
         print(f"[unstable trace] {hook_name} {state}", file=sys.stderr)
 
+    def call_impl(self, hook_name: str, impl: Any, **kwargs: Any) -> Any:
+        """Call one plugin's implementation of a hook (per-plugin isolation), traced if asked."""
+        if self.trace:
+            print(f"[unstable trace] {hook_name}({', '.join(kwargs)}) -> [{impl.plugin_name}]", file=sys.stderr)
+        try:
+            result = impl.function(**kwargs)
+        except Exception as exc:
+            if self.trace:
+                print(f"[unstable trace] {hook_name} raised {_describe(exc)}", file=sys.stderr)
+            raise
+        if self.trace:
+            print(f"[unstable trace] {hook_name} ok", file=sys.stderr)
+        return result
+
+    def fail(self, name: str, exc: BaseException, where: str) -> None:
+        """Record a plugin as broken (or re-raise in strict mode) and unregister it."""
+        record = self.records.get(name)
+        if record is None:
+            raise exc
+        self._fail(record, exc, where)
+
     # -- registration ---------------------------------------------------------------------------
     @property
     def hook(self) -> Any:
@@ -163,7 +184,7 @@ class PluginSystem:
             impls = [i for i in caller.get_hookimpls() if i.plugin is plugin]
             for impl in impls:
                 try:
-                    result = impl.function()
+                    result = self.call_impl(hook_name, impl)
                 except Exception as exc:
                     self._fail(record, exc, f"hook {hook_name} raised")
                     return

@@ -63,6 +63,7 @@ class Loop:
         self.system = system
         self.source = source
         self.run_dir = Path(run_dir)
+        self._subscribed: list[Any] = []
         self.resolved = resolve_components(cfg, system, source)
         self.hook = system.hook
         self.registry = ModelRegistry()
@@ -127,7 +128,13 @@ class Loop:
             hook=self.hook,
             build=self.build_component,
             rewards=getattr(self, "rewards", None),
+            subscribe=self._subscribe,
         )
+
+    def _subscribe(self, component: Any) -> None:
+        name = f"component-{type(component).__name__}-{id(component)}"
+        self.system.pm.register(component, name=name)
+        self._subscribed.append(component)
 
     def _build(self, key: str) -> Any:
         spec, options = self.resolved[key]
@@ -523,6 +530,9 @@ class Loop:
                 pass
         end = RunEndContext(run_dir=str(self.run_dir), learner_steps=self.step, games_played=self.games_played, status=status, error=error)
         self.hook.unstable_run_end(ctx=end)
+        for component in self._subscribed:
+            self.system.pm.unregister(component)
+        self._subscribed.clear()
         return end
 
 

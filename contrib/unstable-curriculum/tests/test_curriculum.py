@@ -1,0 +1,47 @@
+import random
+
+from unstable_core import EnvSpec, load_plugins
+from unstable_core.config import validate_config
+from unstable_core.runtime.loop import Loop
+from unstable_core.testing import EnvSamplerContract, toy_config, toy_plugin
+
+import unstable_curriculum.plugin as plugin
+from unstable_curriculum.plugin import CurriculumOptions, CurriculumSampler
+
+
+class TestCurriculumConformance(EnvSamplerContract):
+    plugin = plugin
+    name = "curriculum"
+
+
+ENVS = [EnvSpec(env_id="TicTacToe-v0"), EnvSpec(env_id="KuhnPoker-v0")]
+
+
+def test_stays_on_first_env_until_mastered_then_moves_on():
+    s = CurriculumSampler(CurriculumOptions(threshold=0.7, explore=0.0, tau=0.5))
+    rng = random.Random(0)
+    assert {s.sample(ENVS, rng).env_id for _ in range(20)} == {"TicTacToe-v0"}
+    s.observe("TicTacToe-v0", 1.0)  # 0.5
+    assert s.sample(ENVS, rng).env_id == "TicTacToe-v0"
+    s.observe("TicTacToe-v0", 1.0)  # 0.75 >= 0.7
+    assert {s.sample(ENVS, rng).env_id for _ in range(20)} == {"KuhnPoker-v0"}
+
+
+def test_explore_draws_other_envs():
+    s = CurriculumSampler(CurriculumOptions(explore=1.0))
+    rng = random.Random(1)
+    assert {s.sample(ENVS, rng).env_id for _ in range(100)} == {"TicTacToe-v0", "KuhnPoker-v0"}
+
+
+def test_learns_scores_from_game_end_hook_in_a_real_run(tmp_path):
+    system = load_plugins(entry_points=False, extra=[("toy", toy_plugin), ("curriculum", plugin)], strict=True)
+    cfg = validate_config(toy_config(
+        env_sampler={"name": "curriculum", "explore": 0.0},
+        training={"learning_steps": 3, "batch_size": 8},
+        opponents=[],
+    ))
+    loop = Loop(cfg, system, tmp_path / "run")
+    loop.executor.run(loop)
+    assert loop.env_sampler.scores["PickBest-v0"] > 0.0
+    # unsubscribed at the end of the run
+    assert loop.env_sampler not in system.pm.get_plugins()

@@ -1,0 +1,135 @@
+import json
+
+import pytest
+
+from unstable_core.config import apply_overrides, load_config, resolve_components, validate_config
+from unstable_core.errors import ConfigError
+
+GOOD = """
+name = "t"
+train_envs = ["TicTacToe-v0-train"]
+opponents = ["random-valid", "greedy"]
+[model_sampler]
+name = "fixed"
+[collection]
+tournament_games = 4
+"""
+
+
+def write(tmp_path, text, name="c.toml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_loads_and_defaults(tmp_path):
+    cfg = load_config(write(tmp_path, GOOD))
+    assert cfg.train_envs[0].env_id == "TicTacToe-v0-train"
+    assert [o.uid for o in cfg.opponents] == ["random-valid", "greedy"]
+    assert cfg.opponents[0].ref().backend == "scripted"
+    assert cfg.model_sampler.name == "fixed" and cfg.rater.name == "wins"
+    assert cfg.evaluation_envs == cfg.train_envs
+
+
+def test_overrides_parse_toml_values_and_index_lists(tmp_path):
+    cfg = load_config(write(tmp_path, GOOD), ["collection.tournament_games=7", "train_envs.0=KuhnPoker-v0", "name=hello world", "model_sampler.exclude_anchor=false"])
+    assert cfg.collection.tournament_games == 7
+    assert cfg.train_envs[0].env_id == "KuhnPoker-v0"
+    assert cfg.name == "hello world"
+    assert cfg.model_sampler.options == {"exclude_anchor": False}
+
+
+@pytest.mark.parametrize("override,fragment", [
+    ("nokey", "expected KEY=VALUE"),
+    ("train_envs.5.env_id=x", "not an index"),
+    ("name.sub=1", "not a table"),
+])
+def test_bad_overrides(tmp_path, override, fragment):
+    with pytest.raises(ConfigError, match=fragment):
+        load_config(write(tmp_path, GOOD), [override])
+
+
+def test_error_names_file_key_expected_and_found(tmp_path):
+    p = write(tmp_path, GOOD + "\n[training]\nbatch_size = \"lots\"\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(p)
+    msg = str(e.value)
+    assert str(p) in msg and "training.batch_size" in msg and "integer" in msg and "'lots'" in msg
+
+
+def test_unknown_key_suggests(tmp_path):
+    p = write(tmp_path, GOOD.replace("[collection]", "[collection]\ntournament_gams = 3"))
+    with pytest.raises(ConfigError, match="collection.tournament_gams: unknown option"):
+        load_config(p)
+
+
+def test_invalid_toml_and_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(write(tmp_path, "name = ["))
+    with pytest.raises(ConfigError, match="no such config file"):
+        load_config(tmp_path / "nope.toml")
+    (tmp_path / "bin.toml").write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(tmp_path / "bin.toml")
+
+
+def test_plugin_option_typo_is_caught_before_work(tmp_path, make_plugin_system):
+    cfg = load_config(write(tmp_path, GOOD + "\n[buffer]\nname = \"step\"\ncapacty = 5\n"))
+    with pytest.raises(ConfigError) as e:
+        resolve_components(cfg, make_plugin_system(), "c.toml")
+    assert "buffer.capacty: unknown option; did you mean 'capacity'?" in str(e.value)
+
+
+def test_unknown_component_suggests_closest(tmp_path, make_plugin_system):
+    cfg = load_config(write(tmp_path, GOOD.replace('name = "fixed"', 'name = "fixd"')))
+    with pytest.raises(ConfigError) as e:
+        resolve_components(cfg, make_plugin_system(), "c.toml")
+    assert "Did you mean 'fixed'?" in str(e.value) and "mirror" in str(e.value)
+
+
+def test_transform_in_wrong_stage(tmp_path, make_plugin_system):
+    cfg = load_config(write(tmp_path, GOOD + '\n[reward]\nfinal = [{name = "normalize"}]\n'))
+    with pytest.raises(ConfigError, match="is a sampling transform, not a final one"):
+        resolve_components(cfg, make_plugin_system(), "c.toml")
+
+
+def test_structural_rules():
+    with pytest.raises(ConfigError, match="train_envs or eval_envs"):
+        validate_config({"opponents": ["greedy"]})
+    with pytest.raises(ConfigError, match=r"needs a \[model\]"):
+        validate_config({"train_envs": ["TicTacToe-v0"], "learner": {"name": "x"}})
+    with pytest.raises(ConfigError, match="listed twice"):
+        validate_config({"train_envs": ["TicTacToe-v0"], "opponents": ["greedy", "greedy"]})
+
+
+def test_apply_overrides_does_not_mutate():
+    data = {"a": {"b": 1}}
+    out = apply_overrides(data, ["a.b=2", "a.c=[1, 2]"])
+    assert data == {"a": {"b": 1}} and out == {"a": {"b": 2, "c": [1, 2]}}
+
+
+def test_schema_includes_plugin_options(cli):
+    proc = cli("config", "schema")
+    assert proc.returncode == 0
+    schema = json.loads(proc.stdout)
+    buffers = {v["title"]: v for v in schema["properties"]["buffer"]["oneOf"]}
+    assert "capacity" in buffers["buffer:step"]["properties"]
+    finals = {v["title"] for v in schema["properties"]["reward"]["properties"]["final"]["items"]["oneOf"]}
+    assert "reward_transform:role-advantage" in finals and "reward_transform:normalize" not in finals
+    # the schema validates a real example
+    import jsonschema
+    import tomllib
+    from pathlib import Path
+
+    data = tomllib.loads(Path("examples/tournament.toml").read_text())
+    jsonschema.validate(data, schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**data, "buffer": {"name": "step", "capacty": 3}}, schema)
+
+
+def test_config_check_cli(cli, tmp_path):
+    ok = cli("config", "check", "examples/tournament.toml")
+    assert ok.returncode == 0 and "ok" in ok.stdout
+    bad = write(tmp_path, GOOD + "\n[training]\nbatch_size = -3\n")
+    proc = cli("config", "check", str(bad))
+    assert proc.returncode == 2 and "training.batch_size" in proc.stderr and "Traceback" not in proc.stderr

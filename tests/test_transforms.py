@@ -1,0 +1,82 @@
+"""Reward transforms against hand-computed numbers."""
+
+import math
+
+import pytest
+
+from unstable_core.builtin.transforms import (
+    InvalidMoveOptions, Normalize, NormalizeOptions, PenaltyForInvalidMove, RewardForFormat,
+    RewardForFormatOptions, RoleAdvantage, RoleAdvantageOptions, win_draw_loss, zscore,
+)
+from unstable_core.types import Step, Turn
+
+
+def step(reward, env="E", fmt=True, invalid=False):
+    t = Turn(player_id=0, observation="o", prompt="p", completion="c", action="[a]", format_ok=fmt, invalid=invalid)
+    return Step(env_id=env, game_idx=0, player_id=0, turn_index=0, num_turns=1, turn=t, final_reward=reward, reward=reward)
+
+
+def test_win_draw_loss():
+    assert win_draw_loss({0: 1, 1: -1}, "E") == {0: 1.0, 1: -1.0}
+    assert win_draw_loss({0: 0, 1: 0}, "E") == {0: 0.0, 1: 0.0}
+    assert win_draw_loss({0: 3, 1: 5, 2: 5}, "E") == {0: -1.0, 1: 0.0, 2: 0.0}
+    assert win_draw_loss({0: 0.4}, "E") == {0: 1.0}
+
+
+def test_role_advantage_reads_baseline_before_update():
+    t = RoleAdvantage(RoleAdvantageOptions(tau=0.5), by_env=False)
+    # game 1: baselines 0 -> advantages equal rewards; baselines become 0.5, -0.5
+    assert t({0: 1.0, 1: -1.0}, "E") == {0: 1.0, 1: -1.0}
+    # game 2: 1 - 0.5 = 0.5 ; -1 - (-0.5) = -0.5 ; baselines -> 0.75, -0.75
+    assert t({0: 1.0, 1: -1.0}, "E") == {0: 0.5, 1: -0.5}
+    # game 3: draw: 0 - 0.75 = -0.75 ; 0 + 0.75 = 0.75
+    assert t({0: 0.0, 1: 0.0}, "E") == {0: -0.75, 1: 0.75}
+
+
+def test_role_advantage_update_first_option():
+    t = RoleAdvantage(RoleAdvantageOptions(tau=0.5, update_before_read=True), by_env=False)
+    assert t({0: 1.0}, "E") == {0: 0.5}  # baseline 0.5 first, then 1 - 0.5
+    assert t({0: 1.0}, "E") == {0: 0.25}  # baseline 0.75
+
+
+def test_role_advantage_by_env_keeps_separate_baselines():
+    t = RoleAdvantage(RoleAdvantageOptions(tau=0.5), by_env=True)
+    t({0: 1.0}, "A")
+    assert t({0: 1.0}, "B") == {0: 1.0}  # B's baseline still 0
+    assert t({0: 1.0}, "A") == {0: 0.5}
+
+
+def test_reward_for_format_and_invalid_penalty():
+    f = RewardForFormat(RewardForFormatOptions(reward=0.25, penalty=-0.5))
+    assert f(step(1.0, fmt=True)).reward == 1.25
+    assert f(step(1.0, fmt=False)).reward == 0.5
+    p = PenaltyForInvalidMove(InvalidMoveOptions(reward=0.1, penalty=-2.0))
+    assert p(step(-1.0, invalid=True)).reward == -3.0
+    assert p(step(-1.0, invalid=False)).reward == pytest.approx(-0.9)
+    # composing keeps final_reward as it was
+    assert p(f(step(1.0, fmt=False, invalid=True))).final_reward == 1.0
+
+
+def test_normalize_hand_computed():
+    # rewards 1, -1, 1, 3 : mean 1, population std sqrt((0+4+0+4)/4) = sqrt(2)
+    out = Normalize(NormalizeOptions(eps=0.0 + 1e-12), by_env=False)([step(r) for r in (1, -1, 1, 3)])
+    s = math.sqrt(2)
+    assert [o.reward for o in out] == pytest.approx([0, -2 / s, 0, 2 / s])
+
+
+def test_normalize_zero_variance_gives_zeros_never_nan():
+    out = Normalize(NormalizeOptions(), by_env=False)([step(0.1 * 3) for _ in range(5)])
+    assert [o.reward for o in out] == [0.0] * 5
+    assert zscore([], 1e-8) == []
+    assert zscore([7.0], 1e-8) == [0.0]
+
+
+def test_normalize_by_env_groups():
+    steps = [step(1, "A"), step(-1, "A"), step(5, "B"), step(5, "B")]
+    out = Normalize(NormalizeOptions(eps=1e-8), by_env=True)(steps)
+    assert [o.reward for o in out] == pytest.approx([1, -1, 0, 0], abs=1e-6)
+
+
+def test_std_plus_eps_denominator():
+    out = zscore([0.0, 2.0], eps=1.0)  # mean 1, std 1 -> (+-1) / 2
+    assert out == [-0.5, 0.5]
