@@ -68,6 +68,9 @@ class TrainingConfig(Section):
     eval_every: int = Field(0, ge=0, description="Evaluate every N updates (0: only before and after training).")
     save_every: int = Field(1, ge=1, description="Save a checkpoint every N updates.")
     filter_zero_advantage: bool = Field(True, description="Drop steps whose reward (advantage) is exactly zero before the update.")
+    max_empty_batches: int = Field(
+        1000, ge=1, description="Fail the run after this many drawn batches in a row were emptied by the filter."
+    )
 
 
 class RewardConfig(Section):

@@ -112,7 +112,8 @@ class Loop:
         self.dropped_total = 0
         self.evaluated: set[tuple[str, str, str]] = set()
         self.eval_records: list[dict[str, Any]] = []
-        self._changed: asyncio.Event | None = None
+        self._events: dict[str, asyncio.Event] = {}
+        self.empty_batches = 0
         self._stop = False
         self._start_time = time.monotonic()
         self._last_summary = 0.0
@@ -296,10 +297,12 @@ class Loop:
         return specs
 
     # -- ingest -----------------------------------------------------------------------------------
-    def _changed_event(self) -> asyncio.Event:
-        if self._changed is None:
-            self._changed = asyncio.Event()
-        return self._changed
+    def _event(self, name: str) -> asyncio.Event:
+        """'grew' is set when a game was ingested (the trainer waits on it); 'drained' when the
+        trainer drew a batch or stopped (a back-pressured collector waits on it)."""
+        if name not in self._events:
+            self._events[name] = asyncio.Event()
+        return self._events[name]
 
     def ingest(self, result: GameResult) -> None:
         self.games_played += 1
@@ -316,7 +319,7 @@ class Loop:
         self._transcript(result)
         self.hook.unstable_game_end(ctx=GameEndContext(run_dir=str(self.run_dir), result=result))
         self._summary()
-        self._changed_event().set()
+        self._event("grew").set()
         limit = self.cfg.collection.max_game_failures
         total_failed = sum(self.failures.values())
         if (limit is not None and total_failed > limit) or self.consecutive_failures >= 200:
@@ -354,14 +357,21 @@ class Loop:
         return result
 
     async def run_pool(self, specs: Iterable[GameSpec], limit: int) -> list[GameResult]:
-        """Play specs with at most `limit` in flight; results in spec order."""
-        sem = asyncio.Semaphore(max(1, limit))
+        """Play specs with at most `limit` in flight, pulling specs lazily; results in spec order."""
+        it = iter(specs)
+        results: dict[int, GameResult] = {}
+        counter = 0
 
-        async def one(spec: GameSpec) -> GameResult:
-            async with sem:
-                return await self.play(spec)
+        async def worker() -> None:
+            nonlocal counter
+            for spec in it:
+                i = counter
+                counter += 1
+                results[i] = await self.play(spec)
+                await asyncio.sleep(0)
 
-        return list(await asyncio.gather(*(one(s) for s in specs)))
+        await asyncio.gather(*(worker() for _ in range(max(1, limit))))
+        return [results[i] for i in range(counter)]
 
     # -- evaluation -------------------------------------------------------------------------------
     async def evaluate(self, step: int) -> list[dict[str, Any]]:
@@ -393,15 +403,15 @@ class Loop:
         """Keep num_train_games training games in flight until stopped."""
         limit = max(1, self.cfg.collection.num_train_games)
         tasks: set[asyncio.Task[GameResult]] = set()
-        changed = self._changed_event()
+        drained = self._event("drained")
         try:
             while not self._stop:
                 while len(tasks) < limit and not self._backpressure() and not self._stop:
                     tasks.add(asyncio.ensure_future(self.play(self.train_spec())))
                     await asyncio.sleep(0)
                 if not tasks:
-                    changed.clear()
-                    await changed.wait()
+                    drained.clear()
+                    await drained.wait()
                     continue
                 done, tasks = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
                 for t in done:
@@ -426,20 +436,28 @@ class Loop:
         await self.evaluate(0)
         collector = asyncio.ensure_future(self.collect())
         evals: list[asyncio.Task[Any]] = []
-        changed = self._changed_event()
+        grew, drained = self._event("grew"), self._event("drained")
         try:
             while self.step < tc.learning_steps:
                 if collector.done():
                     collector.result()
                     raise RunFailed("collection stopped before training finished")
                 if self.buffer.size() < tc.batch_size:
-                    changed.clear()
-                    await changed.wait()
+                    grew.clear()
+                    await grew.wait()
                     continue
                 batch = self.filter_batch(self.buffer.draw(tc.batch_size, self.step))
-                changed.set()  # the buffer drained: collection may resume
+                drained.set()  # collection may resume
                 if not batch.steps:
+                    self.empty_batches += 1
+                    if self.empty_batches >= tc.max_empty_batches:
+                        raise RunFailed(
+                            f"{self.empty_batches} batches in a row had only zero-advantage steps (every game a draw or "
+                            "every reward equal): the policy may have collapsed. Change the opponents or reward "
+                            "transforms, or set training.filter_zero_advantage = false."
+                        )
                     continue
+                self.empty_batches = 0
                 metrics = dict(await self._update(batch))
                 self.step += 1
                 versions = [s.turn.policy_version for s in batch.steps]
@@ -460,7 +478,7 @@ class Loop:
                 await asyncio.sleep(0)
         finally:
             self._stop = True
-            changed.set()
+            drained.set()
             collector.cancel()
             await asyncio.gather(collector, return_exceptions=True)
         for e in evals:
