@@ -185,14 +185,35 @@ def test_validation_veto_skips_rounds(make_plugin_system, tmp_path):
     assert rec.calls["unstable_validation_end"] == 1
 
 
-def test_backpressure_pauses_collection(make_plugin_system, tmp_path):
+def test_backpressure_pauses_and_resumes_collection(make_plugin_system, tmp_path):
+    import asyncio
+
     from unstable_core.testing import toy_plugin
 
-    cfg = toy_config(buffer={"name": "step", "capacity": 64}, collection={"num_train_games": 4, "eval_games": 0},
-                     training={"learning_steps": 30, "batch_size": 16}, learner={"name": "tabular-reinforce", "lr": 0.05})
-    loop, end = run_loop(make_plugin_system(toy_plugin), cfg, tmp_path / "r")
-    # without back-pressure the synchronous toy collector would overflow the buffer thousands of times
-    assert loop.buffer.evicted <= 4 * 2 * 30
+    cfg = toy_config(buffer={"name": "step", "capacity": 20}, collection={"num_train_games": 4})
+    loop = Loop(validate_config(cfg), make_plugin_system(toy_plugin), tmp_path / "r")
+
+    async def turns(n):  # let the event loop run n scheduling rounds (no wall-clock sleeping)
+        for _ in range(n):
+            await asyncio.sleep(0)
+
+    async def scenario():
+        task = asyncio.ensure_future(loop.collect())
+        await turns(500)
+        assert loop.buffer.size() >= 20
+        started = loop.game_idx
+        await turns(500)
+        assert loop.game_idx == started, "collection went on while the buffer was full"
+        loop.buffer.draw(20, 0)
+        loop._event("drained").set()
+        await turns(50)
+        assert loop.game_idx > started, "collection did not resume after the buffer drained"
+        loop._stop = True
+        loop._event("drained").set()
+        await task
+
+    asyncio.run(scenario())
+    assert loop.buffer.evicted <= 4 * 2  # at most the games already in flight overflow
 
 
 def test_no_filter_option_keeps_zero_advantage(make_plugin_system, tmp_path):
