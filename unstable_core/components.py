@@ -276,6 +276,9 @@ class Learner(Protocol):
 
 @runtime_checkable
 class Inference(Protocol):
+    """Optional extras a backend may offer: ``tokenizer`` (templates use its chat template) and
+    ``check_model(ref)`` (raise ValueError for a model it cannot serve; called before a run)."""
+
     async def generate(self, request: GenerationRequest) -> Completion:
         """Complete one prompt. Backends batch concurrent calls themselves."""
         ...

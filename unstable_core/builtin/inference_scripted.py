@@ -7,6 +7,7 @@ boxed (``\\boxed{4}``) so the templates' extraction applies to them as to a lang
 
 from __future__ import annotations
 
+import difflib
 import random
 import re
 from collections.abc import Callable
@@ -15,7 +16,7 @@ from pydantic import BaseModel, ConfigDict
 
 from .. import hookimpl
 from ..components import InferenceSpec
-from ..types import Checkpoint, Completion, GenerationRequest
+from ..types import Checkpoint, Completion, GenerationRequest, ModelRef
 
 _BRACKETED = re.compile(r"\[([^\[\]\n]{1,40})\]")
 _AVAILABLE_LINE = re.compile(r"(available (?:moves|actions)[^\n]*|valid (?:moves|actions)[^\n]*)", re.IGNORECASE)
@@ -145,10 +146,16 @@ class ScriptedInference:
     async def generate(self, request: GenerationRequest) -> Completion:
         return self.complete(request)
 
+    def check_model(self, ref: ModelRef) -> None:
+        """Raise ValueError for an agent name this backend does not know (checked before a run)."""
+        if ref.model not in AGENTS:
+            close = difflib.get_close_matches(ref.model, list(AGENTS), n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ValueError(f"unknown scripted agent {ref.model!r}.{hint} Known: {', '.join(AGENTS)}")
+
     def complete(self, request: GenerationRequest) -> Completion:
-        agent = AGENTS.get(request.model.model)
-        if agent is None:
-            raise ValueError(f"unknown scripted agent {request.model.model!r}; known: {', '.join(AGENTS)}")
+        self.check_model(request.model)
+        agent = AGENTS[request.model.model]
         self.calls += 1
         text = agent(request.observation, random.Random(request.seed))
         return Completion(text=text, policy_version=request.model.version)

@@ -1,0 +1,75 @@
+import json
+import textwrap
+
+
+def test_help_lists_commands(cli):
+    proc = cli("--help")
+    assert proc.returncode == 0
+    for cmd in ("run", "plugins", "components", "config", "envs"):
+        assert cmd in proc.stdout
+
+
+def test_components_list_json_and_kind_filter(cli):
+    proc = cli("components", "list", "--json")
+    rows = json.loads(proc.stdout)
+    keys = {(r["kind"], r["name"]) for r in rows}
+    for k in [("env", "textarena"), ("model_sampler", "lagged"), ("reward_transform", "normalize-by-env"),
+              ("buffer", "episode"), ("inference", "scripted"), ("executor", "local"), ("tracker", "console"),
+              ("template", "qwen3-zs"), ("rater", "wins"), ("env_sampler", "uniform")]:
+        assert k in keys
+    only = json.loads(cli("components", "list", "--kind", "buffer", "--json").stdout)
+    assert {r["name"] for r in only} >= {"step", "episode"} and {r["kind"] for r in only} == {"buffer"}
+    bad = cli("components", "list", "--kind", "nope")
+    assert bad.returncode == 2 and "kinds are" in bad.stderr
+
+
+def test_components_show_options(cli):
+    proc = cli("components", "show", "reward_transform", "role-advantage", "--json")
+    data = json.loads(proc.stdout)
+    opts = {o["name"]: o for o in data["options"]}
+    assert opts["tau"]["type"] == "float" and opts["tau"]["default"] == 0.02 and opts["tau"]["description"]
+    table = cli("components", "show", "buffer", "step", env={"COLUMNS": "200"})
+    assert "capacity" in table.stdout and "1024" in table.stdout
+    missing = cli("components", "show", "buffer", "stepp")
+    assert missing.returncode == 2 and "Did you mean 'step'" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_envs_list(cli):
+    out = cli("envs", "list").stdout.split()
+    assert "TicTacToe-v0" in out and "KuhnPoker-v0-train" in out
+
+
+def test_run_bad_input_exit_2(cli, tmp_path):
+    for args in (["run", str(tmp_path / "missing.toml")], ["run", "examples/tournament.toml", "--set", "collection=["]):
+        proc = cli(*args)
+        assert proc.returncode == 2, proc.stderr
+        assert "Traceback" not in proc.stderr and "error:" in proc.stderr
+    bad_agent = tmp_path / "b.toml"
+    bad_agent.write_text('train_envs = ["TicTacToe-v0"]\nopponents = ["gredy"]\n')
+    proc = cli("run", str(bad_agent), "--run-dir", str(tmp_path / "r"))
+    assert proc.returncode == 2 and "unknown scripted agent 'gredy'" in proc.stderr
+    proc = cli("frobnicate")
+    assert proc.returncode == 2
+
+
+def test_plugin_adds_cli_command(cli, tmp_path):
+    (tmp_path / "hello_plugin.py").write_text(textwrap.dedent('''
+        import click
+        from unstable_core import hookimpl
+
+        @hookimpl
+        def unstable_register_commands(cli):
+            @cli.command()
+            @click.argument("who")
+            def hello(who):
+                "Say hello."
+                click.echo(f"hello {who}")
+    '''))
+    dist = tmp_path / "unstable_hello-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: unstable-hello\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[unstable]\nhello = hello_plugin\n")
+    proc = cli("hello", "world", env={"PYTHONPATH": str(tmp_path)})
+    assert proc.returncode == 0 and proc.stdout.strip() == "hello world"
+    listed = json.loads(cli("plugins", "list", "--json", env={"PYTHONPATH": str(tmp_path)}).stdout)
+    assert any(p["name"] == "hello" and "unstable_register_commands" in p["hooks"] for p in listed)
