@@ -41,7 +41,8 @@ def tournament_cfg(**kw):
 
 def test_tournament_cli_writes_run_directory(cli, tmp_path):
     run_dir = tmp_path / "run"
-    proc = cli("run", "examples/tournament.toml", "--run-dir", str(run_dir), "--set", "collection.tournament_games=50")
+    proc = cli("run", "examples/tournament.toml", "--run-dir", str(run_dir), "--set", "collection.tournament_games=50",
+               "--set", "collection.transcripts=1.0")
     assert proc.returncode == 0, proc.stderr
     assert {"config.json", "plugins.json", "metrics.jsonl", "registry.json", "games"} <= set(os.listdir(run_dir))
     config = json.loads((run_dir / "config.json").read_text())
@@ -270,3 +271,12 @@ def test_collapsed_policy_fails_clearly_instead_of_spinning(make_plugin_system, 
                      training={"learning_steps": 50, "batch_size": 8, "max_empty_batches": 20})
     with pytest.raises(Exception, match="zero-advantage"):
         run_loop(make_plugin_system(toy_plugin), cfg, tmp_path / "r")
+
+
+def test_transcripts_are_a_seeded_sample(make_plugin_system, tmp_path):
+    cfg = tournament_cfg(collection={"tournament_games": 400, "transcripts": 0.25})
+    run_loop(make_plugin_system(), cfg, tmp_path / "a")
+    lines = read_jsonl(tmp_path / "a" / "games" / "tournament.jsonl")
+    assert 60 < len(lines) < 140
+    run_loop(make_plugin_system(), cfg, tmp_path / "b")
+    assert [g["game_idx"] for g in read_jsonl(tmp_path / "b" / "games" / "tournament.jsonl")] == [g["game_idx"] for g in lines]

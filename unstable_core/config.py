@@ -58,7 +58,10 @@ class CollectionConfig(Section):
     )
     tournament_games: int = Field(100, ge=0, description="Without a learner: games played in the tournament.")
     max_turns: int = Field(200, ge=1, description="A game with more turns than this is truncated (reward 0 for all).")
-    transcripts: float = Field(1.0, ge=0, le=1, description="Fraction of games whose transcript is written to games/.")
+    transcripts: float = Field(
+        0.1, ge=0, le=1, description="Fraction of training and tournament games whose transcript is written to games/."
+    )
+    eval_transcripts: float = Field(1.0, ge=0, le=1, description="Fraction of evaluation games whose transcript is written.")
     max_game_failures: int | None = Field(None, ge=0, description="Stop the run after this many failed games (None: never).")
 
 

@@ -13,6 +13,7 @@ The flow (see docs/architecture.md):
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -102,16 +103,19 @@ class GameResult(Model):
     num_turns: int = 0
     duration_s: float = 0.0
 
+    @cached_property
+    def outcomes(self) -> dict[int, Literal["win", "draw", "loss"]]:
+        """Win/draw/loss per player id, by comparing each reward with the best other reward
+        (a single player: the sign of its reward). Empty for a failed game."""
+        out: dict[int, Literal["win", "draw", "loss"]] = {}
+        for pid, mine in self.rewards.items():
+            best_other = max((r for p, r in self.rewards.items() if p != pid), default=0.0)
+            out[pid] = "win" if mine > best_other else ("loss" if mine < best_other else "draw")
+        return out
+
     def outcome_for(self, player_id: int) -> Literal["win", "draw", "loss"]:
-        """Win/draw/loss of a player, by comparing its reward with the best other reward."""
-        mine = self.rewards.get(player_id, 0.0)
-        others = [r for p, r in self.rewards.items() if p != player_id]
-        best_other = max(others) if others else 0.0
-        if mine > best_other:
-            return "win"
-        if mine < best_other:
-            return "loss"
-        return "draw"
+        """Win/draw/loss of one player (see ``outcomes``)."""
+        return self.outcomes.get(player_id, "draw")
 
 
 class Step(Model):

@@ -41,13 +41,12 @@ class TextArenaGame:
         self.env = env
         self.allowance = invalid_move_allowance
         self._player = 0
-
-    def _state(self) -> Any:
-        return getattr(self.env, "state", None)
+        self.state: Any = None
 
     def reset(self, num_players: int, seed: int) -> None:
         self.env.reset(num_players=num_players, seed=seed)
-        state = self._state()
+        # the state object is made by reset; cache it (each lookup walks the wrapper chain)
+        self.state = state = getattr(self.env, "state", None)
         if state is not None and hasattr(state, "error_allowance"):
             state.error_allowance = self.allowance
 
@@ -59,7 +58,7 @@ class TextArenaGame:
         return self._player, obs
 
     def step(self, action: str) -> tuple[bool, bool]:
-        state = self._state()
+        state = self.state
         errors_before = getattr(state, "error_count", 0)
         flagged_before = self._flagged(state)
         done, _info = self.env.step(action=action)

@@ -154,8 +154,9 @@ class ScriptedInference:
             raise ValueError(f"unknown scripted agent {ref.model!r}.{hint} Known: {', '.join(AGENTS)}")
 
     def complete(self, request: GenerationRequest) -> Completion:
-        self.check_model(request.model)
-        agent = AGENTS[request.model.model]
+        agent = AGENTS.get(request.model.model)
+        if agent is None:
+            self.check_model(request.model)  # raises with the known names
         self.calls += 1
         text = agent(request.observation, random.Random(request.seed))
         return Completion(text=text, policy_version=request.model.version)

@@ -24,6 +24,7 @@ class JsonlOptions(BaseModel):
 
     filename: str = Field("metrics.jsonl", description="File name inside the run directory.")
     games: bool = Field(True, description="Also log one `game` record per game.")
+    flush_s: float = Field(1.0, ge=0, description="Seconds between flushes of game records (other records flush at once).")
 
 
 class JsonlTracker:
@@ -32,13 +33,20 @@ class JsonlTracker:
             raise ValueError("the jsonl tracker needs a run directory")
         self.path = os.path.join(run_dir, options.filename)
         self.games = options.games
+        self.flush_s = options.flush_s
         self.fh = open(self.path, "a", encoding="utf-8")
+        self.last_flush = time.monotonic()
 
     def log(self, record: dict[str, Any]) -> None:
-        if record.get("type") == "game" and not self.games:
+        kind = record.get("type")
+        if kind == "game" and not self.games:
             return
         self.fh.write(json.dumps(record, default=str) + "\n")
-        self.fh.flush()
+        now = time.monotonic()
+        # game records are many: flush them at most every flush_s; anything else at once
+        if kind != "game" or now - self.last_flush >= self.flush_s:
+            self.fh.flush()
+            self.last_flush = now
 
     def close(self) -> None:
         if not self.fh.closed:

@@ -187,8 +187,10 @@ class Loop:
         self.registry.write(self.run_dir / "registry.json")
 
     def _transcript(self, result: GameResult) -> None:
-        frac = self.cfg.collection.transcripts
-        if frac <= 0 or (frac < 1 and random.Random(f"{self.cfg.seed}:{result.game.game_idx}:t").random() >= frac):
+        c = self.cfg.collection
+        frac = c.eval_transcripts if result.game.mode == "eval" else c.transcripts
+        # a fixed, seed-determined subset of game indices
+        if frac <= 0 or (frac < 1 and derive_seed(self.cfg.seed, result.game.game_idx, "t") >= frac * 0x80000000):
             return
         fh = self._transcripts.get(result.game.mode)
         if fh is None:
@@ -217,8 +219,7 @@ class Loop:
                 for t in sorted((t for tr in result.trajectories for t in tr.turns), key=lambda t: t.index)
             ],
         }
-        fh.write(json.dumps(line) + "\n")
-        fh.flush()
+        fh.write(json.dumps(line) + "\n")  # flushed at the end of the run and with each summary
 
     # -- logging ----------------------------------------------------------------------------------
     def log(self, record: dict[str, Any]) -> None:
@@ -231,6 +232,8 @@ class Loop:
         if not force and now - self._last_summary < 2.0:
             return
         self._last_summary = now
+        for fh in self._transcripts.values():
+            fh.flush()
         elapsed = max(now - self._start_time, 1e-9)
         self.log(
             {
@@ -260,7 +263,7 @@ class Loop:
 
     def train_spec(self) -> GameSpec:
         idx = self._next_idx()
-        rng = random.Random(f"{self.cfg.seed}:{idx}:schedule")
+        rng = random.Random(derive_seed(self.cfg.seed, idx, "schedule"))
         env = self.env_sampler.sample(self.cfg.train_envs, rng)
         anchor = self.registry.current
         assert anchor is not None
@@ -271,7 +274,7 @@ class Loop:
 
     def tournament_spec(self) -> GameSpec:
         idx = self._next_idx()
-        rng = random.Random(f"{self.cfg.seed}:{idx}:schedule")
+        rng = random.Random(derive_seed(self.cfg.seed, idx, "schedule"))
         env = self.env_sampler.sample(self.cfg.train_envs or self.cfg.evaluation_envs, rng)
         anchor = rng.choice(self.registry.fixed())
         opponents = self.model_sampler.sample(env, anchor, env.num_players - 1, self.registry, rng)
@@ -317,7 +320,8 @@ class Loop:
                 self.buffer.add(result)
         self.log(self._game_record(result))
         self._transcript(result)
-        self.hook.unstable_game_end(ctx=GameEndContext(run_dir=str(self.run_dir), result=result))
+        if self.hook.unstable_game_end.get_hookimpls():  # the context is built only for listeners
+            self.hook.unstable_game_end(ctx=GameEndContext(run_dir=str(self.run_dir), result=result))
         self._summary()
         self._event("grew").set()
         limit = self.cfg.collection.max_game_failures
@@ -356,22 +360,29 @@ class Loop:
         self.ingest(result)
         return result
 
-    async def run_pool(self, specs: Iterable[GameSpec], limit: int) -> list[GameResult]:
-        """Play specs with at most `limit` in flight, pulling specs lazily; results in spec order."""
+    async def run_pool(self, specs: Iterable[GameSpec], limit: int, on_result: Any = None) -> int:
+        """Play specs with at most `limit` in flight, pulling specs lazily; return how many were
+        played. Results are not kept: `on_result(result)` sees each one (e.g. an aggregator)."""
         it = iter(specs)
-        results: dict[int, GameResult] = {}
-        counter = 0
+        played = 0
+        last_yield = time.monotonic()
 
         async def worker() -> None:
-            nonlocal counter
+            nonlocal played, last_yield
             for spec in it:
-                i = counter
-                counter += 1
-                results[i] = await self.play(spec)
-                await asyncio.sleep(0)
+                result = await self.play(spec)
+                played += 1
+                if on_result is not None:
+                    on_result(result)
+                # a game whose agents answer at once never suspends: yield every few ms so that
+                # other games, the trainer and Ctrl-C (task cancellation) get their turn
+                now = time.monotonic()
+                if now - last_yield > 0.002:
+                    last_yield = now
+                    await asyncio.sleep(0)
 
         await asyncio.gather(*(worker() for _ in range(max(1, limit))))
-        return [results[i] for i in range(counter)]
+        return played
 
     # -- evaluation -------------------------------------------------------------------------------
     async def evaluate(self, step: int) -> list[dict[str, Any]]:
@@ -387,8 +398,9 @@ class Loop:
         if any(v is False for v in self.hook.unstable_validation_start(ctx=ctx)):
             self.log({"type": "eval_skipped", "step": step, "model": model.uid})
             return []
-        results = await self.run_pool(self.eval_specs(step, model), self.cfg.collection.num_eval_games)
-        records = aggregate_eval(results, step, model.uid)
+        agg = OutcomeAggregator(anchor=model.uid)
+        await self.run_pool(self.eval_specs(step, model), self.cfg.collection.num_eval_games, agg.add)
+        records = agg.records(step)
         for r in records:
             self.log(r)
         self.eval_records += records
@@ -502,8 +514,9 @@ class Loop:
 
     async def tournament(self) -> None:
         n = self.cfg.collection.tournament_games
-        results = await self.run_pool((self.tournament_spec() for _ in range(n)), self.cfg.collection.num_train_games)
-        records = aggregate_tournament(results)
+        agg = OutcomeAggregator(anchor=None)
+        await self.run_pool((self.tournament_spec() for _ in range(n)), self.cfg.collection.num_train_games, agg.add)
+        records = agg.records(0)
         for r in records:
             self.log(r)
         self.eval_records += records
@@ -554,52 +567,53 @@ class Loop:
         return end
 
 
-def _rates(results: list[GameResult], pid_of: Any) -> dict[str, Any]:
-    ok = [r for r in results if r.outcome != "failed"]
-    n = len(ok)
-    outs = Counter(r.outcome_for(pid_of(r)) for r in ok)
-    invalid = sum(any(t.invalid for t in r.trajectories[pid_of(r)].turns) for r in ok)
-    turns = [t for r in ok for t in r.trajectories[pid_of(r)].turns]
-    return {
-        "games": n,
-        "failed": len(results) - n,
-        "win_rate": outs["win"] / n if n else 0.0,
-        "draw_rate": outs["draw"] / n if n else 0.0,
-        "loss_rate": outs["loss"] / n if n else 0.0,
-        "invalid_rate": invalid / n if n else 0.0,
-        "format_rate": sum(t.format_ok for t in turns) / len(turns) if turns else 0.0,
-    }
+class OutcomeAggregator:
+    """Win/draw/loss, invalid-move and format rates per (env, model, opponent), updated game by
+    game so that nothing is kept per game.
 
+    With an ``anchor`` uid (evaluation) only the anchor's seat is counted against the other seat;
+    without one (tournament) every seat is counted against every other distinct agent."""
 
-def aggregate_eval(results: list[GameResult], step: int, model_uid: str) -> list[dict[str, Any]]:
-    """One record per (env, opponent), from the evaluated model's seat."""
-    groups: dict[tuple[str, str], list[GameResult]] = defaultdict(list)
-    for r in results:
-        opp = next((s.uid for s in r.game.seats if s.uid != model_uid), model_uid)
-        groups[(r.game.env.env_id, opp)].append(r)
+    def __init__(self, anchor: str | None) -> None:
+        self.anchor = anchor
+        self.stats: dict[tuple[str, str, str], Counter[str]] = defaultdict(Counter)
 
-    def pid_of(r: GameResult) -> int:
-        return next(i for i, s in enumerate(r.game.seats) if s.uid == model_uid)
+    def add(self, result: GameResult) -> None:
+        seats = result.game.seats
+        env_id = result.game.env.env_id
+        failed = result.outcome == "failed"
+        for i, s in enumerate(seats):
+            if self.anchor is not None and s.uid != self.anchor:
+                continue
+            turns = result.trajectories[i].turns
+            outcome = None if failed else result.outcomes.get(i, "draw")
+            invalid = any(t.invalid for t in turns)
+            fmt = sum(t.format_ok for t in turns)
+            others = {o.uid for o in seats if o.uid != s.uid} or {s.uid}
+            for opp in others:
+                c = self.stats[(env_id, s.uid, opp)]
+                if failed:
+                    c["failed"] += 1
+                    continue
+                c["games"] += 1
+                c[outcome] += 1
+                c["invalid"] += invalid
+                c["turns"] += len(turns)
+                c["format_ok"] += fmt
+            if self.anchor is not None:
+                break  # the evaluated model's first seat only
 
-    return [
-        {"type": "eval", "step": step, "env_id": env_id, "model": model_uid, "opponent": opp, **_rates(rs, pid_of)}
-        for (env_id, opp), rs in sorted(groups.items())
-    ]
-
-
-def aggregate_tournament(results: list[GameResult]) -> list[dict[str, Any]]:
-    """One record per (env, agent, opponent) from the agent's seats, over the whole tournament."""
-    groups: dict[tuple[str, str, str], list[tuple[GameResult, int]]] = defaultdict(list)
-    for r in results:
-        for i, s in enumerate(r.game.seats):
-            for j, o in enumerate(r.game.seats):
-                if i != j and s.uid != o.uid:
-                    groups[(r.game.env.env_id, s.uid, o.uid)].append((r, i))
-    out = []
-    for (env_id, uid, opp), pairs in sorted(groups.items()):
-        pid = {id(r): i for r, i in pairs}
-        out.append(
-            {"type": "eval", "step": 0, "env_id": env_id, "model": uid, "opponent": opp,
-             **_rates([r for r, _ in pairs], lambda r: pid[id(r)])}
-        )
-    return out
+    def records(self, step: int) -> list[dict[str, Any]]:
+        out = []
+        for (env_id, uid, opp), c in sorted(self.stats.items()):
+            n = c["games"]
+            out.append({
+                "type": "eval", "step": step, "env_id": env_id, "model": uid, "opponent": opp,
+                "games": n, "failed": c["failed"],
+                "win_rate": c["win"] / n if n else 0.0,
+                "draw_rate": c["draw"] / n if n else 0.0,
+                "loss_rate": c["loss"] / n if n else 0.0,
+                "invalid_rate": c["invalid"] / n if n else 0.0,
+                "format_rate": c["format_ok"] / c["turns"] if c["turns"] else 0.0,
+            })
+        return out

@@ -67,6 +67,7 @@ class ModelRegistry:
         self.current_uid: str | None = None
         #: "uid_a|uid_b" (sorted) -> {"games", "<uid_a>", "<uid_b>", "draws"} (wins per uid)
         self.pairs: dict[str, dict[str, int]] = {}
+        self._fixed: list[ModelRef] | None = None
 
     # -- membership ---------------------------------------------------------------------------
     def add(self, ref: ModelRef, *, current: bool = False) -> ModelEntry:
@@ -74,6 +75,7 @@ class ModelRegistry:
             raise ValueError(f"model uid {ref.uid!r} is already registered")
         entry = ModelEntry(ref=ref)
         self.entries[ref.uid] = entry
+        self._fixed = None
         if current:
             self.current_uid = ref.uid
         return entry
@@ -94,7 +96,10 @@ class ModelRegistry:
         return self.entries[self.current_uid].ref if self.current_uid else None
 
     def fixed(self) -> list[ModelRef]:
-        return [e.ref for e in self.entries.values() if e.ref.kind == "fixed"]
+        """Fixed opponents in registration order (cached: samplers ask for every game)."""
+        if self._fixed is None:
+            self._fixed = [e.ref for e in self.entries.values() if e.ref.kind == "fixed"]
+        return list(self._fixed)
 
     def checkpoints(self, include_base: bool = True) -> list[ModelRef]:
         """Learner snapshots, oldest first (the base model first when included)."""
@@ -122,13 +127,13 @@ class ModelRegistry:
         if result.outcome == "failed":
             return
         seats = result.game.seats
-        outcomes = {pid: result.outcome_for(pid) for pid in range(len(seats))}
+        outcomes = result.outcomes
         for pid, ref in enumerate(seats):
             entry = self.entries.get(ref.uid)
             if entry is None:
                 continue
             entry.games += 1
-            o = outcomes[pid]
+            o = outcomes.get(pid, "draw")
             entry.wins += o == "win"
             entry.draws += o == "draw"
             entry.losses += o == "loss"

@@ -7,7 +7,7 @@ backend fails that game with its reason; it never escapes.
 
 from __future__ import annotations
 
-import random
+import hashlib
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -17,7 +17,14 @@ from ..types import GameResult, GameSpec, GenerationRequest, PlayerTrajectory, T
 
 def derive_seed(*parts: Any) -> int:
     """A 31-bit seed determined by the parts (stable across processes and Python versions)."""
-    return random.Random(":".join(str(p) for p in parts)).getrandbits(31)
+    digest = hashlib.blake2b(":".join(map(str, parts)).encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "big") & 0x7FFFFFFF
+
+
+def turn_seed(game_seed: int, turn: int) -> int:
+    """Sampling seed of one turn: distinct per turn, determined by the game seed (cheap: it runs
+    for every turn)."""
+    return (game_seed * 1_000_003 + turn * 7_919 + 1) & 0x7FFFFFFF
 
 
 def describe_error(exc: BaseException) -> str:
@@ -61,7 +68,7 @@ class GameRunner:
                 prompt = template.render(observation, tokenizer=getattr(backend, "tokenizer", None))
                 request = GenerationRequest(
                     model=ref, prompt=prompt, observation=observation, env_id=spec.env.env_id,
-                    player_id=pid, seed=derive_seed(spec.seed, turns),
+                    player_id=pid, seed=turn_seed(spec.seed, turns),
                 )
                 completion = await backend.generate(request)
                 action, format_ok = template.extract(completion.text)

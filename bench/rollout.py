@@ -1,0 +1,80 @@
+"""Games/s through the framework against a raw TextArena loop, same scripted agents, same process.
+
+    python bench/rollout.py [--games 400] [--quick]
+
+"framework" is a real run (Loop with the local executor, textarena env provider, templates,
+scripted inference, wins rater, registry, jsonl metrics and transcripts of every game) playing a
+tournament between `random-valid` agents. "raw" is `ta.make`, `reset`, `get_observation`, the
+same agent function, `step`, `close` in a plain loop. Target: framework >= 0.7 x raw.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import tempfile
+import time
+
+import textarena as ta
+
+from unstable_core.builtin.inference_scripted import agent_random_valid
+from unstable_core.builtin.templates import extract_boxed_action
+from unstable_core.config import validate_config
+from unstable_core.plugins import load_plugins
+from unstable_core.runtime.loop import Loop
+
+TARGET = 0.7
+
+
+def raw_games_per_s(env_id: str, games: int) -> float:
+    t = time.perf_counter()
+    for g in range(games):
+        env = ta.make(env_id)
+        env.reset(num_players=2, seed=g)
+        env.state.error_allowance = 0
+        done, turn = False, 0
+        while not done:
+            _pid, obs = env.get_observation()
+            action, _ = extract_boxed_action(agent_random_valid(obs, random.Random(g * 1000 + turn)))
+            done, _ = env.step(action=action)
+            turn += 1
+        env.close()
+    return games / (time.perf_counter() - t)
+
+
+def framework_games_per_s(env_id: str, games: int, system) -> float:
+    cfg = validate_config({
+        "name": "bench", "train_envs": [env_id], "opponents": ["random-valid", {"uid": "rv2", "model": "random-valid"}],
+        "model_sampler": {"name": "fixed"},
+        "collection": {"tournament_games": games, "num_train_games": 16},
+        "trackers": [{"name": "jsonl"}],
+    })
+    with tempfile.TemporaryDirectory() as d:
+        loop = Loop(cfg, system, d)
+        t = time.perf_counter()
+        loop.executor.run(loop)
+        return games / (time.perf_counter() - t)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--games", type=int, default=400)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="100 games, 1 repeat")
+    args = ap.parse_args()
+    if args.quick:
+        args.games, args.repeat = 100, 1
+    system = load_plugins()
+    print(f"{'env':<22} {'raw games/s':>12} {'framework games/s':>18} {'ratio':>7}")
+    print("-" * 62)
+    ratios = []
+    for env_id in ("TicTacToe-v0-train", "KuhnPoker-v0-train"):
+        raw = max(raw_games_per_s(env_id, args.games) for _ in range(args.repeat))
+        fw = max(framework_games_per_s(env_id, args.games, system) for _ in range(args.repeat))
+        ratios.append(fw / raw)
+        print(f"{env_id:<22} {raw:>12.1f} {fw:>18.1f} {fw / raw:>7.2f}")
+    print(f"\nsummary: min_ratio={min(ratios):.2f} target={TARGET} {'ok' if min(ratios) >= TARGET else 'MISSED'}")
+
+
+if __name__ == "__main__":
+    main()
