@@ -42,10 +42,6 @@ class ComponentChoice(BaseModel):
         return dict(self.model_extra or {})
 
 
-def _choice(name: str) -> Any:
-    return Field(default_factory=lambda: ComponentChoice(name=name))
-
-
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -77,16 +73,19 @@ class TrainingConfig(Section):
 
 
 class RewardConfig(Section):
-    final: list[ComponentChoice] = Field(default_factory=lambda: [ComponentChoice(name="win-draw-loss")])
-    step: list[ComponentChoice] = Field(default_factory=list)
-    sampling: list[ComponentChoice] = Field(default_factory=list)
+    final: list[ComponentChoice] = Field(
+        default_factory=lambda: [ComponentChoice(name="win-draw-loss")],
+        description="Transforms of a game's final rewards, in order (stage 'final').",
+    )
+    step: list[ComponentChoice] = Field(default_factory=list, description="Transforms of each step's reward (stage 'step').")
+    sampling: list[ComponentChoice] = Field(default_factory=list, description="Transforms of a drawn batch (stage 'sampling').")
 
 
 class OpponentConfig(Section):
-    uid: str
-    backend: str = "scripted"
-    model: str = ""
-    options: dict[str, Any] = Field(default_factory=dict)
+    uid: str = Field(description="Registry id of the opponent (also its name in metrics).")
+    backend: str = Field("scripted", description="Inference component that serves it.")
+    model: str = Field("", description="What the backend loads (scripted: the agent name; default: the uid).")
+    options: dict[str, Any] = Field(default_factory=dict, description="Backend-specific options for this model.")
 
     @model_validator(mode="before")
     @classmethod
@@ -102,41 +101,42 @@ class OpponentConfig(Section):
 class ModelConfig(Section):
     """The model being trained."""
 
-    uid: str = "base"
+    uid: str = Field("base", description="Registry id of the untrained model; checkpoints are ckpt-N.")
     backend: str | None = Field(None, description="Inference backend; defaults to [inference].name.")
     model: str = Field(description="Hub id, local path, or for the scripted backend an agent name.")
-    options: dict[str, Any] = Field(default_factory=dict)
+    options: dict[str, Any] = Field(default_factory=dict, description="Backend-specific options for this model.")
 
 
 class RunConfig(Section):
     """The whole run. See docs/config.md for every key."""
 
-    name: str = "run"
-    seed: int = 0
-    run_dir: str | None = None
-    model: ModelConfig | None = None
-    opponents: list[OpponentConfig] = Field(default_factory=list)
-    train_envs: list[EnvSpec] = Field(default_factory=list)
-    eval_envs: list[EnvSpec] | None = None
+    name: str = Field("run", description="Name of the run (default run directory runs/NAME-TIME).")
+    seed: int = Field(0, description="Run seed: every game's seed and scheduling draw derive from it and the game index.")
+    run_dir: str | None = Field(None, description="Run directory (the CLI's --run-dir wins).")
+    model: ModelConfig | None = Field(None, description="The model being trained (needed with a learner).")
+    opponents: list[OpponentConfig] = Field(default_factory=list, description="Fixed opponents; a plain string is a scripted agent.")
+    train_envs: list[EnvSpec] = Field(default_factory=list, description="Training environments; a plain string is an env id.")
+    eval_envs: list[EnvSpec] | None = Field(None, description="Evaluation environments (default: the training ones).")
 
-    env: ComponentChoice = _choice("textarena")
-    env_sampler: ComponentChoice = _choice("uniform")
-    model_sampler: ComponentChoice = _choice("mirror")
-    rater: ComponentChoice = _choice("wins")
-    buffer: ComponentChoice = _choice("step")
-    learner: ComponentChoice | None = None
-    inference: ComponentChoice = _choice("scripted")
-    executor: ComponentChoice = _choice("local")
+    env: ComponentChoice = Field(default_factory=lambda: ComponentChoice(name="textarena"), description="Env provider component.")
+    env_sampler: ComponentChoice = Field(default_factory=lambda: ComponentChoice(name="uniform"), description="Env sampler component.")
+    model_sampler: ComponentChoice = Field(default_factory=lambda: ComponentChoice(name="mirror"), description="Opponent sampler component.")
+    rater: ComponentChoice = Field(default_factory=lambda: ComponentChoice(name="wins"), description="Rater component.")
+    buffer: ComponentChoice = Field(default_factory=lambda: ComponentChoice(name="step"), description="Buffer component.")
+    learner: ComponentChoice | None = Field(None, description="Learner component; none: play a tournament.")
+    inference: ComponentChoice = Field(default_factory=lambda: ComponentChoice(name="scripted"), description="Inference backend of the model being trained.")
+    executor: ComponentChoice = Field(default_factory=lambda: ComponentChoice(name="local"), description="Executor component.")
     trackers: list[ComponentChoice] = Field(
-        default_factory=lambda: [ComponentChoice(name="jsonl"), ComponentChoice(name="console")]
+        default_factory=lambda: [ComponentChoice(name="jsonl"), ComponentChoice(name="console")],
+        description="Tracker components, each a table with `name`.",
     )
     backends: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="Options of inference backends used only by opponents, by backend name."
     )
 
-    reward: RewardConfig = Field(default_factory=RewardConfig)
-    collection: CollectionConfig = Field(default_factory=CollectionConfig)
-    training: TrainingConfig = Field(default_factory=TrainingConfig)
+    reward: RewardConfig = Field(default_factory=RewardConfig, description="Reward transform pipelines.")
+    collection: CollectionConfig = Field(default_factory=CollectionConfig, description="Games in flight, evaluation, transcripts.")
+    training: TrainingConfig = Field(default_factory=TrainingConfig, description="Learner steps, batches, checkpoints, evaluation.")
 
     @field_validator("train_envs", "eval_envs", mode="before")
     @classmethod
