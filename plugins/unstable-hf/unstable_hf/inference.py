@@ -1,0 +1,212 @@
+"""inference `hf`: transformers generation, batched across every game in flight.
+
+Requests queue up; a batcher task serves everything that arrived within ``batch_wait_ms`` (as
+UnstableBaselines' vLLM actor does every 20 ms) in one ``generate`` call per (base model, adapter)
+group, in a worker thread so the event loop keeps scheduling games. Several LoRA adapters stay
+resident (``max_loras``, least recently used evicted); a new checkpoint is loaded as a new adapter
+without reloading the base model. Each completion carries its prompt and completion token ids,
+the logprob of every completion token under the sampling distribution (temperature applied,
+top-p truncation not) and the policy version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections import OrderedDict
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from unstable_core import Checkpoint, Completion, GenerationRequest, ModelRef
+
+from .options import LoraOptions, ModelLoadOptions
+
+
+class HFInferenceOptions(ModelLoadOptions):
+    model_config = ConfigDict(extra="forbid")
+
+    max_tokens: int = Field(32, ge=1, description="Most tokens generated per completion.")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling threshold.")
+    batch_wait_ms: float = Field(20.0, ge=0, description="How long requests gather before a batch is served.")
+    max_batch_size: int = Field(64, ge=1, description="Most prompts in one generate call.")
+    max_loras: int = Field(4, ge=1, description="Adapters kept resident at once (least recently used evicted).")
+    max_prompt_tokens: int | None = Field(None, ge=1, description="Keep only the last N prompt tokens (None: all).")
+    seed: int = Field(0, description="Base seed of sampling.")
+    lora: LoraOptions = Field(default_factory=LoraOptions, description="LoRA shape (must match the learner's).")
+
+
+class _Pending(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    request: GenerationRequest
+    future: Any
+
+
+class HFInference:
+    def __init__(self, options: HFInferenceOptions) -> None:
+        self.options = options
+        self.tokenizer: Any = None
+        self._bases: dict[str, Any] = {}  # resolved base path -> PeftModel
+        self._adapters: OrderedDict[str, str] = OrderedDict()  # uid -> adapter path (resident)
+        self._queue: asyncio.Queue[_Pending] | None = None
+        self._batcher: asyncio.Task[None] | None = None
+        self._lock = threading.Lock()
+        self.batches: list[int] = []  # sizes of served batches (for tests and benches)
+        self.generated_tokens = 0
+
+    # -- models ---------------------------------------------------------------------------------
+    def check_model(self, ref: ModelRef) -> None:
+        if not ref.model:
+            raise ValueError("the hf backend needs `model` (a hub id, a local path or 'tiny...')")
+
+    def _base(self, ref: ModelRef) -> Any:
+        from .loading import load_causal_lm, load_tokenizer, resolve_model_path, with_lora
+
+        path = resolve_model_path(ref.model, self.options)
+        if path not in self._bases:
+            model = load_causal_lm(path, self.options)
+            tok = load_tokenizer(path, self.options)
+            if self.tokenizer is None:
+                self.tokenizer = tok
+            peft_model = with_lora(model, self.options.lora)
+            peft_model.eval()
+            self._bases[path] = peft_model
+        return self._bases[path]
+
+    def _activate(self, model: Any, ref: ModelRef) -> str | None:
+        """Make `ref`'s adapter active; None means the base model (adapters disabled)."""
+        if not ref.adapter_path:
+            return None
+        if ref.uid not in self._adapters:
+            while len(self._adapters) >= self.options.max_loras:
+                old, _ = self._adapters.popitem(last=False)
+                model.delete_adapter(old)
+            model.load_adapter(ref.adapter_path, adapter_name=ref.uid)
+            self._adapters[ref.uid] = ref.adapter_path
+        self._adapters.move_to_end(ref.uid)
+        model.set_adapter(ref.uid)
+        return ref.uid
+
+    def prepare(self, ref: ModelRef) -> None:
+        """Load the base model (and tokenizer) of `ref` now instead of at the first request."""
+        with self._lock:
+            self._base(ref)
+
+    def load_checkpoint(self, checkpoint: Checkpoint) -> None:
+        """Nothing to do up front: an adapter is loaded the first time a request needs it (its
+        ModelRef carries the path), without reloading the base model."""
+        return None
+
+    # -- generation -------------------------------------------------------------------------------
+    def generate_batch(self, requests: list[GenerationRequest]) -> list[Completion]:
+        """Generate for requests that share one model ref (synchronous; used by the batcher)."""
+        import torch
+
+        ref = requests[0].model
+        with self._lock:
+            model = self._base(ref)
+            tok = self.tokenizer
+            adapter = self._activate(model, ref)
+            prompts = [tok(r.prompt, add_special_tokens=False)["input_ids"] for r in requests]
+            if self.options.max_prompt_tokens:
+                prompts = [p[-self.options.max_prompt_tokens :] for p in prompts]
+            width = max(len(p) for p in prompts)
+            device = next(model.parameters()).device
+            ids = torch.full((len(prompts), width), tok.pad_token_id, dtype=torch.long)
+            mask = torch.zeros((len(prompts), width), dtype=torch.long)
+            for i, p in enumerate(prompts):  # left padding
+                ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+                mask[i, width - len(p) :] = 1
+            torch.manual_seed(requests[0].seed ^ self.options.seed)
+            ctx = model.disable_adapter() if adapter is None else contextlib.nullcontext()
+            with torch.no_grad(), ctx:
+                out = model.generate(
+                    input_ids=ids.to(device),
+                    attention_mask=mask.to(device),
+                    do_sample=True,
+                    temperature=self.options.temperature,
+                    top_p=self.options.top_p,
+                    top_k=0,
+                    max_new_tokens=self.options.max_tokens,
+                    return_dict_in_generate=True,
+                    output_logits=True,
+                    pad_token_id=tok.pad_token_id,
+                    eos_token_id=tok.eos_token_id,
+                )
+            new = out.sequences[:, width:].cpu()
+            logits = torch.stack(out.logits, dim=1).float().cpu()  # [B, T, V] raw logits
+            logp = torch.log_softmax(logits / self.options.temperature, dim=-1)
+            results = []
+            for i, r in enumerate(requests):
+                toks: list[int] = []
+                lps: list[float] = []
+                for t in range(new.shape[1]):
+                    tid = int(new[i, t])
+                    toks.append(tid)
+                    lps.append(float(logp[i, t, tid]))
+                    if tid == tok.eos_token_id:
+                        break
+                self.generated_tokens += len(toks)
+                text = tok.decode([t for t in toks if t != tok.eos_token_id], skip_special_tokens=True)
+                results.append(
+                    Completion(
+                        text=text,
+                        prompt_token_ids=prompts[i],
+                        completion_token_ids=toks,
+                        logprobs=lps,
+                        policy_version=r.model.version,
+                    )
+                )
+            self.batches.append(len(requests))
+            return results
+
+    async def generate(self, request: GenerationRequest) -> Completion:
+        if self._queue is None:
+            self._queue = asyncio.Queue()
+        if self._batcher is None or self._batcher.done():
+            self._batcher = asyncio.ensure_future(self._serve())
+        future = asyncio.get_running_loop().create_future()
+        await self._queue.put(_Pending(request=request, future=future))
+        return await future
+
+    async def _serve(self) -> None:
+        assert self._queue is not None
+        while True:
+            first = await self._queue.get()
+            pending = [first]
+            deadline = time.monotonic() + self.options.batch_wait_ms / 1000
+            while len(pending) < self.options.max_batch_size:
+                timeout = deadline - time.monotonic()
+                if timeout <= 0:
+                    break
+                try:
+                    pending.append(await asyncio.wait_for(self._queue.get(), timeout))
+                except asyncio.TimeoutError:
+                    break
+            groups: OrderedDict[tuple[str, str, str | None], list[_Pending]] = OrderedDict()
+            for p in pending:
+                ref = p.request.model
+                groups.setdefault((ref.model, ref.uid, ref.adapter_path), []).append(p)
+            for group in groups.values():
+                live = [p for p in group if not p.future.done()]
+                if not live:
+                    continue
+                try:
+                    outs = await asyncio.to_thread(self.generate_batch, [p.request for p in live])
+                except Exception as exc:  # fail these games, keep serving
+                    for p in live:
+                        if not p.future.done():
+                            p.future.set_exception(exc)
+                    continue
+                for p, out in zip(live, outs):
+                    if not p.future.done():
+                        p.future.set_result(out)
+
+    def close(self) -> None:
+        if self._batcher is not None:
+            self._batcher.cancel()
+

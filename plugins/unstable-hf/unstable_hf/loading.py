@@ -1,0 +1,77 @@
+"""Loading causal LMs and tokenizers (`from_pretrained` on a hub id or local path), LoRA, and the
+`tiny:` shorthand that builds a tiny local model on first use."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from .options import LoraOptions, ModelLoadOptions
+
+
+def resolve_device(device: str) -> str:
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def torch_dtype(name: str) -> Any:
+    import torch
+
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+
+def cache_root(options: ModelLoadOptions | None = None) -> Path:
+    if options is not None and options.cache_dir:
+        return Path(options.cache_dir)
+    return Path(os.environ.get("UNSTABLE_CACHE", Path.home() / ".cache" / "unstable"))
+
+
+def resolve_model_path(name: str, options: ModelLoadOptions | None = None) -> str:
+    """A hub id or local path as is; ``tiny:...`` is built (once, cached) and its folder returned."""
+    if name.startswith("tiny"):
+        from .tiny import TinySpec, ensure_tiny
+
+        spec = TinySpec.parse(name)
+        return str(ensure_tiny(spec, cache_root(options)))
+    return name
+
+
+def load_tokenizer(path: str, options: ModelLoadOptions) -> Any:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(path, trust_remote_code=options.trust_remote_code)
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_causal_lm(path: str, options: ModelLoadOptions) -> Any:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(
+        path, dtype=torch_dtype(options.dtype), trust_remote_code=options.trust_remote_code
+    )
+    return model.to(resolve_device(options.device))
+
+
+def lora_config(options: LoraOptions) -> Any:
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=options.rank,
+        lora_alpha=options.alpha,
+        lora_dropout=options.dropout,
+        target_modules=list(options.target_modules),
+        task_type="CAUSAL_LM",
+    )
+
+
+def with_lora(model: Any, options: LoraOptions) -> Any:
+    """Wrap a model in a fresh peft LoRA adapter named 'default'."""
+    from peft import get_peft_model
+
+    return get_peft_model(model, lora_config(options))

@@ -1,0 +1,29 @@
+"""Option models shared by the hf backend and learners (pydantic only: cheap to import)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SEVEN_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+class LoraOptions(BaseModel):
+    """LoRA through peft; defaults are UnstableBaselines' (rank 32, alpha 32, dropout 0, the seven projections)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rank: int = Field(32, ge=1, description="LoRA rank r.")
+    alpha: float = Field(32, gt=0, description="LoRA alpha (scaling = alpha / rank).")
+    dropout: float = Field(0.0, ge=0, lt=1, description="LoRA dropout.")
+    target_modules: list[str] = Field(default_factory=lambda: list(SEVEN_PROJECTIONS), description="Module names that get adapters.")
+
+
+class ModelLoadOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Weights dtype.")
+    device: str = Field("auto", description="'cpu', 'cuda', 'cuda:1', or 'auto' (cuda if available).")
+    trust_remote_code: bool = Field(False, description="Let transformers run code shipped with the model (off unless you set it).")
+    cache_dir: str | None = Field(None, description="Where 'tiny:' models are built (default $UNSTABLE_CACHE or ~/.cache/unstable).")

@@ -1,0 +1,62 @@
+"""Hook implementations of unstable-hf. Nothing heavy is imported here: torch, transformers and
+peft load inside factories and commands."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from unstable_core import BuildContext, InferenceSpec, hookimpl
+
+from .options import ModelLoadOptions
+
+
+def _inference_options() -> type:
+    from .inference import HFInferenceOptions
+
+    return HFInferenceOptions
+
+
+def make_inference(options: Any, ctx: BuildContext) -> Any:
+    from .inference import HFInference
+
+    return HFInference(options)
+
+
+@hookimpl
+def unstable_inference_backends() -> list[InferenceSpec]:
+    return [
+        InferenceSpec(
+            name="hf",
+            summary="transformers + peft generation, batched across games, several LoRA adapters resident",
+            config=_inference_options(),
+            factory=make_inference,
+        )
+    ]
+
+
+@hookimpl
+def unstable_register_commands(cli: Any) -> None:
+    import click
+
+    @cli.group()
+    def models() -> None:
+        """Models (unstable-hf)."""
+
+    @models.command("init-tiny")
+    @click.argument("path", type=click.Path(file_okay=False))
+    @click.option("--spec", default="tiny", show_default=True, help="Tiny model spec: tiny[:ENV,ENV][?key=value&...].")
+    def init_tiny(path: str, spec: str) -> None:
+        """Build a tiny Qwen3-architecture model with a locally trained tokenizer at PATH."""
+        from unstable_core import UnstableError
+
+        from .tiny import TinySpec, build_tiny
+
+        try:
+            parsed = TinySpec.parse(spec)
+        except ValueError as exc:
+            raise UnstableError(str(exc)) from None
+        out = build_tiny(parsed, path, log=lambda m: click.echo(m, err=True))
+        click.echo(f"tiny model written to {out}")
+
+
+__all__ = ["ModelLoadOptions"]

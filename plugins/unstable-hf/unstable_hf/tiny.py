@@ -1,0 +1,222 @@
+"""Tiny local models: a small Qwen3-architecture causal LM with a byte-level BPE tokenizer trained
+locally on TextArena text, saved with ``save_pretrained`` so everything else takes the real
+``from_pretrained`` path. Deterministic from a seed.
+
+Optionally warm-started: a short supervised phase on transcripts of scripted agents (by default
+``random-valid``), so that a randomly initialised model starts out answering in the expected
+``\\boxed{...}`` format with moves that are usually valid. Reinforcement learning then has a
+policy to improve instead of noise.
+
+Shorthand (in a config's ``[model] model = ...`` or on the command line)::
+
+    tiny                                   defaults (KuhnPoker-v0-train, seed 0, warm start)
+    tiny:KuhnPoker-v0-train,TicTacToe-v0-train?seed=1&sft_steps=0&hidden=64
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+class TinySpec(BaseModel):
+    """Everything that determines a tiny model (its cache key)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    env_ids: tuple[str, ...] = Field(("KuhnPoker-v0-train",), description="Games whose text trains the tokenizer and the warm start.")
+    seed: int = Field(0, description="Seed of everything random in the build.")
+    vocab_size: int = Field(1024, ge=300, description="BPE vocabulary size (special tokens included).")
+    hidden: int = Field(128, ge=32, description="Hidden size.")
+    layers: int = Field(2, ge=1, description="Transformer layers.")
+    heads: int = Field(4, ge=1, description="Attention heads (head_dim = 32).")
+    kv_heads: int = Field(2, ge=1, description="Key/value heads.")
+    intermediate: int = Field(512, ge=32, description="MLP width.")
+    template: str = Field("qwen3-zs", description="Template whose prompts the model is trained on.")
+    corpus_games: int = Field(300, ge=1, description="Scripted games whose text trains the tokenizer.")
+    sft_steps: int = Field(150, ge=0, description="Supervised warm-start steps (0: none).")
+    sft_batch: int = Field(16, ge=1, description="Warm-start batch size.")
+    sft_lr: float = Field(2e-3, gt=0, description="Warm-start learning rate (AdamW).")
+    sft_agent: str = Field("random-valid", description="Scripted agent imitated by the warm start.")
+
+    @classmethod
+    def parse(cls, text: str) -> TinySpec:
+        """Parse ``tiny[:ENV,ENV][?key=value&...]``."""
+        if not text.startswith("tiny"):
+            raise ValueError(f"not a tiny model spec: {text!r}")
+        rest = text[4:]
+        query = ""
+        if "?" in rest:
+            rest, query = rest.split("?", 1)
+        data: dict[str, Any] = {}
+        if rest.startswith(":") and rest[1:]:
+            data["env_ids"] = tuple(e for e in rest[1:].split(",") if e)
+        elif rest and rest != ":":
+            raise ValueError(f"bad tiny model spec {text!r}: expected tiny[:ENV,ENV][?key=value]")
+        for key, value in parse_qsl(query, keep_blank_values=True):
+            if key not in cls.model_fields or key == "env_ids":
+                raise ValueError(f"bad tiny model spec {text!r}: unknown key {key!r}")
+            data[key] = value
+        return cls.model_validate(data)
+
+    def key(self) -> str:
+        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
+
+
+def _scripted_games(spec: TinySpec, games: int, seed: int) -> list[tuple[str, str]]:
+    """(prompt, completion) pairs of the scripted agent playing itself on the spec's games."""
+    from unstable_core.builtin.env_textarena import TextArenaOptions, TextArenaProvider
+    from unstable_core.builtin.inference_scripted import AGENTS
+    from unstable_core.builtin.templates import TEMPLATES, FormatTemplate, extract_boxed_action
+    from unstable_core.types import EnvSpec
+
+    template = FormatTemplate(TEMPLATES[spec.template][1])
+    provider = TextArenaProvider(TextArenaOptions())
+    agent = AGENTS[spec.sft_agent]
+    rng = random.Random(seed)
+    pairs = []
+    for g in range(games):
+        env_id = spec.env_ids[g % len(spec.env_ids)]
+        game = provider.make(EnvSpec(env_id=env_id))
+        game.reset(num_players=2, seed=rng.getrandbits(31))
+        done, turns = False, 0
+        while not done and turns < 100:
+            _pid, obs = game.observe()
+            completion = agent(obs, rng)
+            pairs.append((template.render(obs), completion))
+            done, _ = game.step(extract_boxed_action(completion)[0])
+            turns += 1
+        game.close()
+    return pairs
+
+
+def train_tokenizer(texts: list[str], vocab_size: int) -> Any:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+    )
+    tok.train_from_iterator(texts, trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+        additional_special_tokens=["<|im_start|>"],
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def build_model(spec: TinySpec, tokenizer: Any) -> Any:
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    config = Qwen3Config(
+        vocab_size=len(tokenizer),
+        hidden_size=spec.hidden,
+        intermediate_size=spec.intermediate,
+        num_hidden_layers=spec.layers,
+        num_attention_heads=spec.heads,
+        num_key_value_heads=spec.kv_heads,
+        head_dim=32,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+    )
+    torch.manual_seed(spec.seed)
+    return Qwen3ForCausalLM(config)
+
+
+def supervised_warm_start(model: Any, tokenizer: Any, pairs: list[tuple[str, str]], spec: TinySpec, log: Any = None) -> list[float]:
+    """Full fine-tuning on (prompt, completion) pairs: loss on completion tokens and EOS only."""
+    import torch
+
+    gen = torch.Generator().manual_seed(spec.seed)
+    encoded = []
+    for prompt, completion in pairs:
+        p = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        c = tokenizer(completion, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        encoded.append((p, c))
+    opt = torch.optim.AdamW(model.parameters(), lr=spec.sft_lr, weight_decay=0.0)
+    model.train()
+    losses = []
+    for step in range(spec.sft_steps):
+        idx = torch.randint(len(encoded), (spec.sft_batch,), generator=gen).tolist()
+        batch = [encoded[i] for i in idx]
+        width = max(len(p) + len(c) for p, c in batch)
+        ids = torch.full((len(batch), width), tokenizer.pad_token_id, dtype=torch.long)
+        labels = torch.full((len(batch), width), -100, dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, (p, c) in enumerate(batch):
+            seq = p + c
+            ids[row, : len(seq)] = torch.tensor(seq)
+            labels[row, len(p) : len(seq)] = torch.tensor(c)
+            mask[row, : len(seq)] = 1
+        out = model(input_ids=ids, attention_mask=mask, labels=labels)
+        opt.zero_grad()
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(out.loss.item())
+        if log is not None and (step + 1) % 25 == 0:
+            log(f"warm start step {step + 1}/{spec.sft_steps}: loss {sum(losses[-25:]) / 25:.3f}")
+    model.eval()
+    return losses
+
+
+def build_tiny(spec: TinySpec, path: str | os.PathLike[str], log: Any = None) -> Path:
+    """Build the tokenizer and model (and the warm start) and save them to `path`."""
+    path = Path(path)
+    corpus = _scripted_games(spec, spec.corpus_games, spec.seed)
+    texts = [p for p, _ in corpus] + [c for _, c in corpus]
+    tokenizer = train_tokenizer(texts, spec.vocab_size)
+    model = build_model(spec, tokenizer)
+    losses: list[float] = []
+    if spec.sft_steps:
+        pairs = _scripted_games(spec, max(50, spec.corpus_games), spec.seed + 1)
+        losses = supervised_warm_start(model, tokenizer, pairs, spec, log)
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    (path / "unstable_tiny.json").write_text(
+        json.dumps({"spec": spec.model_dump(mode="json"), "warm_start_losses": losses[-10:]}, indent=2)
+    )
+    return path
+
+
+def ensure_tiny(spec: TinySpec, root: Path, log: Any = None) -> Path:
+    """The cached folder of `spec`, building it atomically if it is not there yet."""
+    final = root / f"tiny-{spec.key()}"
+    if (final / "unstable_tiny.json").exists():
+        return final
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tiny-build-", dir=root))
+    try:
+        build_tiny(spec, tmp, log)
+        try:
+            os.replace(tmp, final)
+        except OSError:  # another process finished first
+            if not (final / "unstable_tiny.json").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
