@@ -52,7 +52,9 @@ def test_matches_naive_float32_and_float64_reference(seed, b, t, h, v, chunk, te
 def test_reference_is_float64():
     hidden, weight, mask, targets = make(0, 2, 5, 8, 50, dtype=torch.float64)
     out = naive_token_logprobs(hidden[mask], weight, targets[mask])
-    assert out.dtype == torch.float32  # the naive path upcasts to float32 like the chunked one
+    assert out.dtype == torch.float64  # upcast to at least float32: float64 stays float64
+    assert token_logprobs(hidden[mask], weight, targets[mask], chunk_size=2).dtype == torch.float64
+    assert token_logprobs(hidden[mask].float(), weight.float(), targets[mask]).dtype == torch.float32
     ref = torch.log_softmax(hidden[mask] @ weight.t(), -1).gather(1, targets[mask][:, None]).squeeze(1)
     assert torch.allclose(out.double(), ref, atol=1e-6)
 

@@ -21,7 +21,7 @@ def resolve_device(device: str) -> str:
 def torch_dtype(name: str) -> Any:
     import torch
 
-    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}[name]
 
 
 def cache_root(options: ModelLoadOptions | None = None) -> Path:

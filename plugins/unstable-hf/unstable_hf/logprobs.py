@@ -41,8 +41,9 @@ def auto_chunk_size(vocab: int, device: torch.device | str = "cpu", budget_bytes
 
 
 def _chunk_logits(h: torch.Tensor, weight: torch.Tensor, temperature: float, softcap: float | None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(scaled float32 logits, tanh term for the softcap's derivative or None)."""
-    z = (h @ weight.t()).float()
+    """(scaled logits upcast to at least float32, tanh term for the softcap's derivative or None)."""
+    z = h @ weight.t()
+    z = z.to(torch.promote_types(z.dtype, torch.float32))
     t = None
     if softcap is not None:
         t = torch.tanh(z / softcap)
@@ -57,8 +58,9 @@ class _ChunkedLogprobs(torch.autograd.Function):
     def forward(ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int,
                 temperature: float, softcap: float | None) -> torch.Tensor:
         n = hidden.shape[0]
-        out = torch.empty(n, dtype=torch.float32, device=hidden.device)
-        lse = torch.empty(n, dtype=torch.float32, device=hidden.device)
+        acc = torch.promote_types(torch.promote_types(hidden.dtype, weight.dtype), torch.float32)
+        out = torch.empty(n, dtype=acc, device=hidden.device)
+        lse = torch.empty(n, dtype=acc, device=hidden.device)
         with torch.no_grad():
             for s in range(0, n, chunk):
                 z, _ = _chunk_logits(hidden[s : s + chunk], weight, temperature, softcap)
@@ -75,15 +77,16 @@ class _ChunkedLogprobs(torch.autograd.Function):
         chunk, temperature, softcap = ctx.chunk, ctx.temperature, ctx.softcap
         need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         grad_h = torch.empty_like(hidden) if need_h else None
-        grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_w else None
-        wf = weight.float()
+        acc = lse.dtype
+        grad_w = torch.zeros(weight.shape, dtype=acc, device=weight.device) if need_w else None
+        wf = weight.to(acc)
         for s in range(0, hidden.shape[0], chunk):
             h = hidden[s : s + chunk]
             z, t = _chunk_logits(h, weight, temperature, softcap)  # recomputed, never stored
             # d logp / d z = onehot(target) - softmax(z), scaled by the incoming gradient
             g = torch.exp(z - lse[s : s + chunk, None]).neg_()
             g.scatter_add_(1, targets[s : s + chunk, None], torch.ones_like(g[:, :1]))
-            g.mul_(grad_out[s : s + chunk, None].float())
+            g.mul_(grad_out[s : s + chunk, None].to(acc))
             if temperature != 1.0:
                 g.div_(temperature)
             if t is not None:  # z = c * tanh(z0 / c): dz/dz0 = 1 - tanh^2
@@ -91,7 +94,7 @@ class _ChunkedLogprobs(torch.autograd.Function):
             if need_h:
                 grad_h[s : s + chunk] = (g @ wf).to(hidden.dtype)
             if need_w:
-                grad_w.addmm_(g.t(), h.float())
+                grad_w.addmm_(g.t(), h.to(acc))
         return grad_h, (grad_w.to(weight.dtype) if need_w else None), None, None, None, None
 
 
@@ -107,7 +110,8 @@ def token_logprobs(
     """Log-probabilities of `targets` [N] under ``softmax(softcap(hidden @ weight.T) / temperature)``.
 
     hidden: [N, H] final hidden states of the positions that predict the targets (flatten batch x
-    sequence and select them first); weight: [V, H] the lm_head weight. Returns float32 [N].
+    sequence and select them first); weight: [V, H] the lm_head weight. Returns [N] in float32
+    (float64 for float64 inputs).
     Memory: one chunk of logits at a time, in forward and backward.
     """
     if hidden.dim() != 2 or weight.dim() != 2 or targets.dim() != 1:
@@ -126,7 +130,7 @@ def token_entropy(
 ) -> torch.Tensor:
     """Per-token entropy of the same distribution, chunked, without grad. Returns float32 [N]."""
     chunk = chunk_size or auto_chunk_size(weight.shape[0], hidden.device)
-    out = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
+    out = torch.empty(hidden.shape[0], dtype=torch.promote_types(hidden.dtype, torch.float32), device=hidden.device)
     with torch.no_grad():
         for s in range(0, hidden.shape[0], chunk):
             z, _ = _chunk_logits(hidden[s : s + chunk], weight, temperature, softcap)
@@ -138,7 +142,8 @@ def token_entropy(
 def naive_token_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, *, temperature: float = 1.0,
                          softcap: float | None = None) -> torch.Tensor:
     """The reference: full logits, log_softmax, gather (materialises tokens x vocab)."""
-    z = (hidden @ weight.t()).float()
+    z = hidden @ weight.t()
+    z = z.to(torch.promote_types(z.dtype, torch.float32))
     if softcap is not None:
         z = softcap * torch.tanh(z / softcap)
     return torch.log_softmax(z / temperature, dim=-1).gather(1, targets[:, None].long()).squeeze(1)

@@ -23,7 +23,7 @@ class LoraOptions(BaseModel):
 class ModelLoadOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Weights dtype.")
+    dtype: Literal["float32", "bfloat16", "float16", "float64"] = Field("float32", description="Weights dtype.")
     device: str = Field("auto", description="'cpu', 'cuda', 'cuda:1', or 'auto' (cuda if available).")
     trust_remote_code: bool = Field(False, description="Let transformers run code shipped with the model (off unless you set it).")
     cache_dir: str | None = Field(None, description="Where 'tiny:' models are built (default $UNSTABLE_CACHE or ~/.cache/unstable).")

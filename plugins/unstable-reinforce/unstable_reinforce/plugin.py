@@ -1,0 +1,30 @@
+"""Hook implementations (no heavy imports here)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from unstable_core import BuildContext, LearnerSpec, UnstableError, hookimpl
+
+from .options import ReinforceOptions
+
+
+def make_learner(options: ReinforceOptions, ctx: BuildContext) -> Any:
+    from .learner import ReinforceLearner
+
+    model = (ctx.config.get("model") or {}).get("model")
+    if not model:
+        raise UnstableError("the reinforce learner needs [model] model = ... (the model being trained)")
+    return ReinforceLearner(options, model, seed=ctx.seed)
+
+
+@hookimpl
+def unstable_learners() -> list[LearnerSpec]:
+    return [
+        LearnerSpec(
+            name="reinforce",
+            summary="REINFORCE on LoRA: -advantage x sum of completion-token logprobs / normaliser",
+            config=ReinforceOptions,
+            factory=make_learner,
+        )
+    ]
