@@ -54,6 +54,7 @@ class HFInference:
         self._adapters: OrderedDict[str, str] = OrderedDict()  # uid -> adapter path (resident)
         self._queue: asyncio.Queue[_Pending] | None = None
         self._batcher: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._lock = threading.Lock()
         self.batches: list[int] = []  # sizes of served batches (for tests and benches)
         self.generated_tokens = 0
@@ -165,18 +166,22 @@ class HFInference:
             return results
 
     async def generate(self, request: GenerationRequest) -> Completion:
-        if self._queue is None:
+        loop = asyncio.get_running_loop()
+        if self._queue is None or self._loop is not loop:  # queue and batcher belong to one event loop
+            self._loop = loop
             self._queue = asyncio.Queue()
+            self._batcher = None
         if self._batcher is None or self._batcher.done():
             self._batcher = asyncio.ensure_future(self._serve())
-        future = asyncio.get_running_loop().create_future()
+        future = loop.create_future()
         await self._queue.put(_Pending(request=request, future=future))
         return await future
 
     async def _serve(self) -> None:
-        assert self._queue is not None
+        queue = self._queue
+        assert queue is not None
         while True:
-            first = await self._queue.get()
+            first = await queue.get()
             pending = [first]
             deadline = time.monotonic() + self.options.batch_wait_ms / 1000
             while len(pending) < self.options.max_batch_size:
@@ -184,7 +189,7 @@ class HFInference:
                 if timeout <= 0:
                     break
                 try:
-                    pending.append(await asyncio.wait_for(self._queue.get(), timeout))
+                    pending.append(await asyncio.wait_for(queue.get(), timeout))
                 except asyncio.TimeoutError:
                     break
             groups: OrderedDict[tuple[str, str, str | None], list[_Pending]] = OrderedDict()

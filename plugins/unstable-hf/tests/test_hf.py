@@ -1,0 +1,150 @@
+import asyncio
+import filecmp
+import json
+import os
+
+import pytest
+import torch
+
+from unstable_core import Checkpoint, GenerationRequest, ModelRef
+from unstable_core.testing import InferenceContract
+from unstable_hf.inference import HFInference, HFInferenceOptions
+from unstable_hf.tiny import TinySpec, build_tiny
+
+import unstable_hf.plugin as plugin
+
+torch.set_num_threads(1)
+
+
+def backend(**kw):
+    return HFInference(HFInferenceOptions(**{"device": "cpu", "max_tokens": 6, "lora": {"rank": 4, "alpha": 8}, **kw}))
+
+
+class TestHFConformance(InferenceContract):
+    plugin = plugin
+    name = "hf"
+    options = {"device": "cpu", "max_tokens": 4}
+
+    @pytest.fixture
+    def component(self, spec, tiny_path):
+        self.model = ModelRef(uid="base", kind="base", backend="hf", model=tiny_path)
+        return spec.factory(spec.config.model_validate(dict(self.options)), None)
+
+
+def test_tiny_spec_parse():
+    s = TinySpec.parse("tiny:KuhnPoker-v0-train,TicTacToe-v0-train?seed=3&sft_steps=0")
+    assert s.env_ids == ("KuhnPoker-v0-train", "TicTacToe-v0-train") and s.seed == 3 and s.sft_steps == 0
+    assert TinySpec.parse("tiny").env_ids == ("KuhnPoker-v0-train",)
+    for bad in ("tinyx", "tiny?nope=1", "tiny?seed=abc"):
+        with pytest.raises(ValueError):
+            TinySpec.parse(bad)
+
+
+def test_tiny_build_is_deterministic_and_loads_with_from_pretrained(tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    spec = TinySpec.parse("tiny?sft_steps=3&corpus_games=10&hidden=64&heads=2&kv_heads=1&intermediate=64&vocab_size=400")
+    a, b = build_tiny(spec, tmp_path / "a"), build_tiny(spec, tmp_path / "b")
+    for name in ("model.safetensors", "tokenizer.json"):
+        assert filecmp.cmp(a / name, b / name, shallow=False), name
+    model = AutoModelForCausalLM.from_pretrained(a)
+    tok = AutoTokenizer.from_pretrained(a)
+    assert model.config.head_dim >= 32 and model.config.model_type == "qwen3"
+    assert model.config.vocab_size == len(tok)
+    chat = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
+    assert chat == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    ids = tok("<|im_start|>user", add_special_tokens=False)["input_ids"]
+    assert tok.convert_ids_to_tokens(ids)[0] == "<|im_start|>"  # a single special token
+    assert json.loads((a / "unstable_tiny.json").read_text())["spec"]["seed"] == 0
+
+
+def test_completion_carries_ids_logprobs_and_version(tiny_path):
+    b = backend(max_tokens=5)
+    ref = ModelRef(uid="base", kind="base", backend="hf", model=tiny_path, version=0)
+    out = asyncio.run(b.generate(GenerationRequest(model=ref, prompt="Your card is: 'K'", seed=1)))
+    assert out.prompt_token_ids == b.tokenizer("Your card is: 'K'", add_special_tokens=False)["input_ids"]
+    assert 1 <= len(out.completion_token_ids) == len(out.logprobs) <= 5
+    assert all(lp <= 0 for lp in out.logprobs)
+    # the returned logprobs are the model's own: recompute with a forward pass
+    ids = torch.tensor([out.prompt_token_ids + out.completion_token_ids])
+    with torch.no_grad(), b._bases[tiny_path].disable_adapter():
+        logits = b._bases[tiny_path](input_ids=ids).logits[0]
+    logp = torch.log_softmax(logits.float(), -1)
+    p = len(out.prompt_token_ids)
+    expected = [float(logp[p - 1 + j, t]) for j, t in enumerate(out.completion_token_ids)]
+    assert out.logprobs == pytest.approx(expected, abs=1e-4)
+
+
+def test_requests_in_flight_are_batched(tiny_path):
+    b = backend(batch_wait_ms=50)
+    ref = ModelRef(uid="base", kind="base", backend="hf", model=tiny_path)
+
+    async def many():
+        return await asyncio.gather(*(b.generate(GenerationRequest(model=ref, prompt=f"game {i}", seed=i)) for i in range(16)))
+
+    outs = asyncio.run(many())
+    assert len(outs) == 16 and max(b.batches) > 1 and sum(b.batches) == 16
+
+
+def _adapter(tiny_path, out, seed):
+    from peft import get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from unstable_hf.loading import lora_config
+    from unstable_hf.options import LoraOptions
+
+    m = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_path), lora_config(LoraOptions(rank=4, alpha=8)))
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            if "lora_" in n:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+    m.save_pretrained(out)
+    return str(out)
+
+
+def test_adapters(tiny_path, tmp_path):
+    b = backend(max_loras=2, max_tokens=3)
+    paths = [_adapter(tiny_path, tmp_path / f"a{i}", i) for i in range(3)]
+    refs = [ModelRef(uid=f"ckpt-{i}", kind="checkpoint", backend="hf", model=tiny_path, adapter_path=p, version=i + 1) for i, p in enumerate(paths)]
+    base = ModelRef(uid="base", kind="base", backend="hf", model=tiny_path)
+    for r in refs[:2]:
+        b.load_checkpoint(Checkpoint(uid=r.uid, version=r.version, path=r.adapter_path))
+        out = asyncio.run(b.generate(GenerationRequest(model=r, prompt="hello", seed=0)))
+        assert out.policy_version == r.version
+    assert list(b._adapters) == ["ckpt-0", "ckpt-1"]
+    model = b._bases[tiny_path]
+    asyncio.run(b.generate(GenerationRequest(model=refs[2], prompt="hello", seed=0)))
+    assert list(b._adapters) == ["ckpt-1", "ckpt-2"]  # least recently used evicted
+    assert "ckpt-0" not in model.peft_config
+    # different adapters give different logprobs for the same prompt; the base model differs too
+    lps = [asyncio.run(b.generate(GenerationRequest(model=r, prompt="hello", seed=0))).logprobs[0] for r in (refs[1], refs[2], base)]
+    assert len(set(round(x, 6) for x in lps)) == 3
+    assert len(b._bases) == 1  # never reloaded
+
+
+def test_models_init_tiny_cli(tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "tiny"
+    proc = subprocess.run([sys.executable, "-c", "from unstable_core.cli import main; main()", "models", "init-tiny", str(out),
+                           "--spec", "tiny?sft_steps=0&corpus_games=5&hidden=64&heads=2&kv_heads=1&intermediate=64&vocab_size=350"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "config.json").exists() and (out / "tokenizer.json").exists()
+    bad = subprocess.run([sys.executable, "-c", "from unstable_core.cli import main; main()", "models", "init-tiny", str(out), "--spec", "tiny?x=1"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "unknown key" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_tiny_shorthand_resolves_to_cached_build(tmp_path):
+    from unstable_hf.loading import resolve_model_path
+    from unstable_hf.options import ModelLoadOptions
+
+    opts = ModelLoadOptions(cache_dir=str(tmp_path))
+    spec = "tiny?sft_steps=0&corpus_games=5&hidden=64&heads=2&kv_heads=1&intermediate=64&vocab_size=350"
+    p1 = resolve_model_path(spec, opts)
+    mtime = os.path.getmtime(os.path.join(p1, "model.safetensors"))
+    assert resolve_model_path(spec, opts) == p1 and os.path.getmtime(os.path.join(p1, "model.safetensors")) == mtime
+    assert resolve_model_path("Qwen/Qwen3-1.7B-Base", opts) == "Qwen/Qwen3-1.7B-Base"
