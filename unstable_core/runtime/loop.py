@@ -248,6 +248,7 @@ class Loop:
                 "dropped_zero_advantage": self.dropped_total,
             }
         )
+        self.log({"type": "ratings", "step": self.step, "games": self.games_played, "ratings": self.rater.ratings(self.registry)})
 
     # -- scheduling -------------------------------------------------------------------------------
     def _next_idx(self) -> int:
@@ -543,9 +544,7 @@ class Loop:
         return end
 
     def finish(self, status: str, error: str | None) -> RunEndContext:
-        self._summary(force=True)
-        ratings = self.rater.ratings(self.registry)
-        self.log({"type": "ratings", "step": self.step, "ratings": ratings})
+        self._summary(force=True)  # with the final ratings record
         self.registry.write(self.run_dir / "registry.json")
         for fh in self._transcripts.values():
             fh.close()

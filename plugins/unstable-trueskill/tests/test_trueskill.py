@@ -1,0 +1,165 @@
+import json
+import random
+from collections import Counter
+
+import pytest
+import trueskill
+
+from unstable_core import Checkpoint, EnvSpec, ModelRef
+from unstable_core.config import validate_config
+from unstable_core.plugins import load_plugins
+from unstable_core.runtime.loop import Loop
+from unstable_core.runtime.registry import ModelRegistry
+from unstable_core.testing import ModelSamplerContract, RaterContract, sample_result
+
+import unstable_trueskill.plugin as plugin
+from unstable_trueskill.plugin import RatingSampler, SamplerOptions, TrueSkillOptions, TrueSkillRater, softmax
+
+
+class TestRaterConformance(RaterContract):
+    plugin = plugin
+    name = "trueskill"
+
+
+@pytest.mark.parametrize("sname", ["match-quality", "ts-dist"])
+class TestSamplerConformance(ModelSamplerContract):
+    plugin = plugin
+
+    @pytest.fixture
+    def spec(self, system, sname):
+        return system.get("model_sampler", sname)
+
+
+def registry(uids):
+    reg = ModelRegistry()
+    for u in uids:
+        reg.add(ModelRef(uid=u, model=u))
+    return reg
+
+
+def test_replay_1000_games_matches_trueskill_library():
+    rng = random.Random(7)
+    uids = ["a", "b", "c", "d", "e"]
+    reg = registry(uids)
+    rater = TrueSkillRater(TrueSkillOptions(beta=4.0, draw_probability=0.1))
+    env = trueskill.TrueSkill(mu=25.0, sigma=25 / 3, beta=4.0, tau=25 / 300, draw_probability=0.1)
+    ref = {u: env.create_rating() for u in uids}
+    for g in range(1200):
+        n = 2 if g % 3 else 3
+        seats = rng.sample(uids, n)
+        rewards = {i: float(rng.choice([-1, 0, 1])) for i in range(n)}
+        result = sample_result(seats=[ModelRef(uid=u) for u in seats], rewards=rewards)
+        rater.update(result, reg)
+        # the library's own functions, by hand
+        if n == 2:
+            r0, r1 = rewards[0], rewards[1]
+            if r0 == r1:
+                ref[seats[0]], ref[seats[1]] = env.rate_1vs1(ref[seats[0]], ref[seats[1]], drawn=True)
+            elif r0 > r1:
+                ref[seats[0]], ref[seats[1]] = env.rate_1vs1(ref[seats[0]], ref[seats[1]])
+            else:
+                ref[seats[1]], ref[seats[0]] = env.rate_1vs1(ref[seats[1]], ref[seats[0]])
+        else:
+            levels = sorted(set(rewards.values()), reverse=True)
+            new = env.rate([(ref[u],) for u in seats], ranks=[levels.index(rewards[i]) for i in range(n)])
+            for u, (r,) in zip(seats, new):
+                ref[u] = r
+    for u in uids:
+        got = reg.get(u).rating
+        assert abs(got["mu"] - ref[u].mu) < 1e-9 and abs(got["sigma"] - ref[u].sigma) < 1e-9
+        assert got["conservative"] == pytest.approx(ref[u].mu - 3 * ref[u].sigma, abs=1e-9)
+
+
+def test_new_checkpoint_inherits_mu_with_raised_sigma():
+    reg = ModelRegistry()
+    base = ModelRef(uid="base", kind="base", backend="x", model="m")
+    reg.add(base, current=True)
+    reg.add(ModelRef(uid="opp"))
+    rater = TrueSkillRater(TrueSkillOptions(checkpoint_sigma_factor=1.5))
+    for _ in range(10):
+        rater.update(sample_result(seats=[base, reg.get("opp").ref], rewards={0: 1, 1: -1}), reg)
+    prev = rater.rating("base", reg)
+    ck = reg.add_checkpoint(Checkpoint(uid="ckpt-1", version=1, path="/x"), base)
+    new = rater.rating("ckpt-1", reg)
+    assert new.mu == prev.mu and new.sigma == pytest.approx(min(prev.sigma * 1.5, 25 / 3))
+    assert ck.uid == "ckpt-1"
+
+
+def test_single_player_rated_against_env_dummy_and_per_env():
+    reg = registry(["solo"])
+    rater = TrueSkillRater(TrueSkillOptions(per_env=True))
+    r = sample_result(seats=[ModelRef(uid="solo")], rewards={0: 1.0}, env_id="Guess-v0")
+    rater.update(r, reg)
+    env = trueskill.TrueSkill(beta=4.0, tau=25 / 300, draw_probability=0.1)
+    expected, _ = env.rate_1vs1(env.create_rating(), env.create_rating())
+    assert reg.get("solo").rating["mu"] == pytest.approx(expected.mu, abs=1e-9)
+    assert reg.get("solo").rating["mu@Guess-v0"] == pytest.approx(expected.mu, abs=1e-9)
+    assert "env:any" in rater.table and "env:Guess-v0@Guess-v0" in rater.table
+
+
+def _chi_square_p(observed, expected):
+    from scipy.stats import chisquare
+
+    return chisquare(observed, expected).pvalue
+
+
+@pytest.mark.parametrize("kind", ["match-quality", "ts-dist"])
+def test_sampling_frequencies_match_softmax(kind):
+    reg = registry(["a", "b", "c", "d"])
+    for uid, mu, sigma in [("a", 25, 3), ("b", 28, 2), ("c", 20, 5), ("d", 31, 1)]:
+        reg.get(uid).rating.update(mu=mu, sigma=sigma)
+    sampler = RatingSampler(SamplerOptions(temperature=0.5 if kind == "ts-dist" else 0.05), kind)
+    anchor = reg.get("a").ref
+    env = trueskill.TrueSkill(beta=4.0)
+    others = ["b", "c", "d"]
+    if kind == "match-quality":
+        scores = [env.quality_1vs1(env.create_rating(25, 3), env.create_rating(*{"b": (28, 2), "c": (20, 5), "d": (31, 1)}[o])) for o in others]
+    else:
+        scores = [-abs(25 - {"b": 28, "c": 20, "d": 31}[o]) for o in others]
+    probs = softmax(scores, sampler.options.temperature)
+    draws = sampler.sample(EnvSpec(env_id="x"), anchor, 10_000, reg, random.Random(0))
+    counts = Counter(m.uid for m in draws)
+    observed = [counts[o] for o in others]
+    assert sum(observed) == 10_000
+    assert _chi_square_p(observed, [p * 10_000 for p in probs]) > 0.001
+    # and a wrong distribution is rejected by the same test
+    assert _chi_square_p(observed, [10_000 / 3] * 3) < 1e-6
+
+
+def test_max_active_caps_checkpoints():
+    reg = ModelRegistry()
+    base = ModelRef(uid="base", kind="base", backend="x", model="m")
+    reg.add(base, current=True)
+    for v in range(1, 6):
+        reg.add_checkpoint(Checkpoint(uid=f"ckpt-{v}", version=v, path="/x"), base)
+    sampler = RatingSampler(SamplerOptions(max_active=2), "ts-dist")
+    cands = sampler.candidates(reg.current, reg)
+    assert [c.uid for c in cands] == ["ckpt-4"]  # last two are 4 and 5; 5 is the anchor
+    assert not reg.get("ckpt-1").active
+
+
+def test_tournament_ranks_greedy_above_random(tmp_path):
+    from pathlib import Path
+    import subprocess
+    import sys
+
+    example = Path(__file__).resolve().parents[3] / "examples" / "trueskill-tournament.toml"
+    run_dir = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-c", "from unstable_core.cli import main; main()", "run", str(example), "--run-dir", str(run_dir)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = subprocess.run([sys.executable, "-c", "from unstable_core.cli import main; main()", "ratings", str(run_dir), "--json",
+                          "--heatmap", str(tmp_path / "h.png")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    rows = {r["uid"]: r for r in json.loads(out.stdout)}
+    assert rows["greedy"]["mu"] - 3 * rows["greedy"]["sigma"] > rows["random-valid"]["mu"] - 3 * rows["random-valid"]["sigma"]
+    assert {"uid", "mu", "sigma", "games"} <= set(rows["greedy"])
+    assert (tmp_path / "h.png").stat().st_size > 1000
+    ratings = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if '"ratings"' in line]
+    assert ratings and "mu" in ratings[-1]["ratings"]["greedy"]
+    table = subprocess.run([sys.executable, "-c", "from unstable_core.cli import main; main()", "ratings", str(run_dir)],
+                           capture_output=True, text=True, env={**__import__("os").environ, "COLUMNS": "150"})
+    assert "greedy" in table.stdout and "mu - 3 sigma" in table.stdout
+    missing = subprocess.run([sys.executable, "-c", "from unstable_core.cli import main; main()", "ratings", str(tmp_path / "nope")],
+                             capture_output=True, text=True)
+    assert missing.returncode == 2 and "registry.json" in missing.stderr

@@ -1,0 +1,208 @@
+"""TrueSkill rater, rating-aware model samplers and the `unstable ratings` command.
+
+Ratings live in each registry entry's ``rating`` dict (``mu``, ``sigma``, ``conservative`` =
+mu - 3 sigma, and ``mu@ENV`` / ``sigma@ENV`` with ``per_env``), so the samplers read them from the
+registry and work with any rater that writes ``mu`` and ``sigma``.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from unstable_core import EnvSpec, GameResult, ModelRef, ModelSamplerSpec, RaterSpec, hookimpl
+
+DEFAULT_MU = 25.0
+DEFAULT_SIGMA = 25.0 / 3
+
+
+class TrueSkillOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    mu: float = Field(DEFAULT_MU, description="Initial mean.")
+    sigma: float = Field(DEFAULT_SIGMA, gt=0, description="Initial standard deviation.")
+    beta: float = Field(4.0, gt=0, description="Skill-difference scale (UnstableBaselines: 4.0).")
+    tau: float = Field(DEFAULT_SIGMA / 100, ge=0, description="Dynamics factor added to sigma before each game.")
+    draw_probability: float = Field(0.10, ge=0, lt=1, description="Prior probability of a draw.")
+    checkpoint_sigma_factor: float = Field(
+        2.0, ge=1, description="A new checkpoint starts at the previous checkpoint's mu with sigma x this (capped at the initial sigma)."
+    )
+    per_env: bool = Field(False, description="Also keep separate ratings per env (mu@ENV, sigma@ENV).")
+
+
+class TrueSkillRater:
+    def __init__(self, options: TrueSkillOptions) -> None:
+        import trueskill
+
+        self.options = options
+        self.env = trueskill.TrueSkill(
+            mu=options.mu, sigma=options.sigma, beta=options.beta, tau=options.tau,
+            draw_probability=options.draw_probability, backend=None,
+        )
+        self.table: dict[str, Any] = {}  # key ("uid" or "uid@env") -> trueskill.Rating
+
+    # -- initial ratings ----------------------------------------------------------------------------
+    def _initial(self, uid: str, registry: Any, suffix: str) -> Any:
+        entry = registry.entries.get(uid) if registry is not None else None
+        if entry is not None and entry.ref.kind == "checkpoint":
+            older = [r for r in registry.checkpoints() if r.version < entry.ref.version or (r.kind == "base" and r.uid != uid)]
+            older = [r for r in older if r.uid + suffix in self.table]
+            if older:
+                prev = self.table[max(older, key=lambda r: (r.version, r.kind != "base")).uid + suffix]
+                sigma = min(prev.sigma * self.options.checkpoint_sigma_factor, self.options.sigma)
+                return self.env.create_rating(mu=prev.mu, sigma=sigma)
+        return self.env.create_rating()
+
+    def rating(self, uid: str, registry: Any = None, env_id: str | None = None) -> Any:
+        key = uid if env_id is None else f"{uid}@{env_id}"
+        if key not in self.table:
+            self.table[key] = self._initial(uid, registry, "" if env_id is None else f"@{env_id}")
+        return self.table[key]
+
+    # -- updates ------------------------------------------------------------------------------------
+    def _rate(self, uids: list[str], rewards: list[float], registry: Any, env_id: str | None) -> None:
+        suffix = "" if env_id is None else f"@{env_id}"
+        if len(uids) == 1:  # a single player against an environment dummy
+            dummy = f"env:{env_id or 'any'}"
+            uids, rewards = [uids[0], dummy], [rewards[0], 0.0]
+        # a model in several seats (self-play) is rated once, at its best seat's reward
+        best: dict[str, float] = {}
+        for u, r in zip(uids, rewards):
+            best[u] = max(best.get(u, -math.inf), r)
+        if len(best) < 2:
+            return
+        teams = [(self.rating(u, registry, env_id),) for u in best]
+        order = sorted(set(best.values()), reverse=True)
+        ranks = [order.index(r) for r in best.values()]  # equal rewards: equal ranks (a draw)
+        new = self.env.rate(teams, ranks=ranks)
+        for u, (r,) in zip(best, new):
+            self.table[u + suffix] = r
+
+    def update(self, result: GameResult, registry: Any) -> None:
+        if result.outcome == "failed":
+            return
+        uids = [s.uid for s in result.game.seats]
+        rewards = [result.rewards.get(i, 0.0) for i in range(len(uids))]
+        self._rate(uids, rewards, registry, None)
+        if self.options.per_env:
+            self._rate(uids, rewards, registry, result.game.env.env_id)
+        for uid in set(uids):
+            entry = registry.entries.get(uid)
+            if entry is None:
+                continue
+            r = self.rating(uid, registry)
+            entry.rating.update(mu=r.mu, sigma=r.sigma, conservative=r.mu - 3 * r.sigma)
+            if self.options.per_env:
+                e = self.rating(uid, registry, result.game.env.env_id)
+                entry.rating.update({f"mu@{result.game.env.env_id}": e.mu, f"sigma@{result.game.env.env_id}": e.sigma})
+
+    def ratings(self, registry: Any) -> dict[str, dict[str, float]]:
+        return {uid: dict(e.rating) for uid, e in registry.entries.items()}
+
+
+# -- samplers ---------------------------------------------------------------------------------------
+
+
+class SamplerOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    temperature: float = Field(1.0, gt=0, description="Softmax temperature (lower: sharper).")
+    max_active: int | None = Field(8, ge=1, description="Only the last N checkpoints stay active as opponents (None: all).")
+    include_anchor: bool = Field(False, description="Allow the anchor itself as an opponent (self-play).")
+    beta: float = Field(4.0, gt=0, description="beta of the TrueSkill environment used for match quality.")
+
+
+def mu_sigma(registry: Any, uid: str) -> tuple[float, float]:
+    rating = registry.entries[uid].rating
+    return float(rating.get("mu", DEFAULT_MU)), float(rating.get("sigma", DEFAULT_SIGMA))
+
+
+def softmax(scores: list[float], temperature: float) -> list[float]:
+    m = max(scores)
+    e = [math.exp((s - m) / temperature) for s in scores]
+    total = sum(e)
+    return [x / total for x in e]
+
+
+class RatingSampler:
+    """Softmax over a score of each candidate against the anchor."""
+
+    def __init__(self, options: SamplerOptions, score: str) -> None:
+        import trueskill
+
+        self.options = options
+        self.score_kind = score
+        self.env = trueskill.TrueSkill(beta=options.beta, backend=None)
+
+    def candidates(self, anchor: ModelRef, registry: Any) -> list[ModelRef]:
+        active = registry.active_checkpoints(None)
+        if self.options.max_active:
+            keep = active[-self.options.max_active :]
+            registry.set_active(r.uid for r in keep)
+            active = keep
+        pool = registry.fixed() + active
+        out = [r for r in pool if self.options.include_anchor or r.uid != anchor.uid]
+        return out or [anchor]
+
+    def score(self, anchor: ModelRef, other: ModelRef, registry: Any) -> float:
+        am, asg = mu_sigma(registry, anchor.uid) if anchor.uid in registry.entries else (DEFAULT_MU, DEFAULT_SIGMA)
+        om, osg = mu_sigma(registry, other.uid)
+        if self.score_kind == "match-quality":
+            return self.env.quality_1vs1(self.env.create_rating(am, asg), self.env.create_rating(om, osg))
+        return -abs(am - om)
+
+    def probabilities(self, anchor: ModelRef, registry: Any) -> tuple[list[ModelRef], list[float]]:
+        cands = self.candidates(anchor, registry)
+        return cands, softmax([self.score(anchor, c, registry) for c in cands], self.options.temperature)
+
+    def sample(self, env: EnvSpec, anchor: ModelRef, num_seats: int, registry: Any, rng: random.Random) -> list[ModelRef]:
+        cands, probs = self.probabilities(anchor, registry)
+        return rng.choices(cands, weights=probs, k=num_seats)
+
+
+@hookimpl
+def unstable_raters() -> list[RaterSpec]:
+    return [RaterSpec(name="trueskill", summary="TrueSkill ratings (trueskill library): mu, sigma, per-env option",
+                      config=TrueSkillOptions, factory=lambda o, ctx: TrueSkillRater(o))]
+
+
+@hookimpl
+def unstable_model_samplers() -> list[ModelSamplerSpec]:
+    def make(kind: str) -> Any:
+        return lambda options, ctx: RatingSampler(options, kind)
+
+    return [
+        ModelSamplerSpec(name="match-quality", summary="Softmax over TrueSkill match quality with the anchor",
+                         config=SamplerOptions, factory=make("match-quality")),
+        ModelSamplerSpec(name="ts-dist", summary="Softmax over minus the distance between TrueSkill mus",
+                         config=SamplerOptions, factory=make("ts-dist")),
+    ]
+
+
+@hookimpl
+def unstable_register_commands(cli: Any) -> None:
+    import click
+
+    @cli.command()
+    @click.argument("run_dir", type=click.Path(file_okay=False))
+    @click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of a table.")
+    @click.option("--heatmap", type=click.Path(dir_okay=False), default=None, help="Write the match-count heatmap (PNG).")
+    def ratings(run_dir: str, as_json: bool, heatmap: str | None) -> None:
+        """Leaderboard of a run: uid, mu, sigma, mu - 3 sigma, games, wins, draws, losses."""
+        from .leaderboard import draw_heatmap, leaderboard, load_snapshot, print_table
+
+        snap = load_snapshot(run_dir)
+        rows = leaderboard(snap)
+        if as_json:
+            import json
+
+            click.echo(json.dumps(rows, indent=2))
+        else:
+            print_table(rows)
+        if heatmap:
+            draw_heatmap(snap, heatmap)
+            click.echo(f"heatmap written to {heatmap}", err=True)
+
