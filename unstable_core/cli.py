@@ -231,6 +231,20 @@ def config_check(file: str, overrides: tuple[str, ...]) -> None:
     click.echo(f"{file}: ok ({len(resolved)} components: " + ", ".join(f"{k}={s.name}" for k, (s, _) in resolved.items()) + ")")
 
 
+# -- plot -----------------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("run_dir", type=click.Path(file_okay=False))
+@click.option("--out", type=click.Path(dir_okay=False), default=None, help="PNG to write (default RUN_DIR/curve.png).")
+def plot(run_dir: str, out: str | None) -> None:
+    """Plot evaluation curves (win and invalid-move rates per env and opponent) and training loss."""
+    from .plotting import plot_run
+
+    path = plot_run(run_dir, out)
+    click.echo(f"plot written to {path}")
+
+
 # -- envs -----------------------------------------------------------------------------------------
 
 

@@ -1,0 +1,39 @@
+"""hf inference + reinforce learner in the real loop, on a tiny model."""
+
+import json
+
+from unstable_core.config import validate_config
+from unstable_core.plugins import load_plugins
+from unstable_core.runtime.loop import Loop
+
+import unstable_hf.plugin as hf_plugin
+import unstable_reinforce.plugin as reinforce_plugin
+
+
+def test_two_updates_end_to_end(tiny_path, tmp_path):
+    system = load_plugins(entry_points=False, extra=[("hf", hf_plugin), ("reinforce", reinforce_plugin)], strict=True)
+    cfg = validate_config({
+        "name": "it", "train_envs": [{"env_id": "KuhnPoker-v0-train", "num_actors": 2, "template": "qwen3-zs"}],
+        "opponents": ["random-valid"], "model": {"model": tiny_path},
+        "inference": {"name": "hf", "device": "cpu", "max_tokens": 6, "batch_wait_ms": 5, "lora": {"rank": 4, "alpha": 8}},
+        "learner": {"name": "reinforce", "device": "cpu", "lr": 1e-3, "mini_batch_size": 8, "max_generation_len": 6, "lora": {"rank": 4, "alpha": 8}},
+        "training": {"learning_steps": 2, "batch_size": 8, "save_every": 1, "filter_zero_advantage": False},
+        "collection": {"num_train_games": 4, "num_eval_games": 4, "eval_games": 4, "transcripts": 1.0},
+        "trackers": [{"name": "jsonl"}],
+    })
+    loop = Loop(cfg, system, tmp_path / "run")
+    end = loop.executor.run(loop)
+    assert end.status == "completed" and loop.learner.version == 2
+    assert loop.registry.current.uid == "ckpt-2"
+    for uid in ("ckpt-1", "ckpt-2"):
+        assert (tmp_path / "run" / "checkpoints" / uid / "adapter_model.safetensors").exists()
+    backend = loop._backends["hf"]
+    assert "ckpt-2" in backend._adapters and len(backend._bases) == 1  # final eval served by the new adapter
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    trains = [r for r in records if r["type"] == "train"]
+    assert [r["step"] for r in trains] == [1, 2]
+    assert all("staleness_mean" in r and "grad_norm" in r and r["train_tokens"] > 0 for r in trains)
+    assert sorted({r["step"] for r in records if r["type"] == "eval"}) == [0, 2]
+    games = [json.loads(line) for line in (tmp_path / "run" / "games" / "train.jsonl").read_text().splitlines()]
+    assert {t["policy_version"] for g in games for t in g["turns"]} <= {0, 1, 2}
+    assert all(t["policy_version"] <= g["step"] for g in games for t in g["turns"])
