@@ -83,14 +83,14 @@ class _ChunkedLogprobs(torch.autograd.Function):
         for s in range(0, hidden.shape[0], chunk):
             h = hidden[s : s + chunk]
             z, t = _chunk_logits(h, weight, temperature, softcap)  # recomputed, never stored
-            # d logp / d z = onehot(target) - softmax(z), scaled by the incoming gradient
-            g = torch.exp(z - lse[s : s + chunk, None]).neg_()
-            g.scatter_add_(1, targets[s : s + chunk, None], torch.ones_like(g[:, :1]))
-            g.mul_(grad_out[s : s + chunk, None].to(acc))
+            # d logp / d z = onehot(target) - softmax(z), times the incoming gradient; in place
+            go = grad_out[s : s + chunk, None].to(acc)
+            g = z.sub_(lse[s : s + chunk, None]).exp_().mul_(go.neg())
+            g.scatter_add_(1, targets[s : s + chunk, None], go)
             if temperature != 1.0:
                 g.div_(temperature)
             if t is not None:  # z = c * tanh(z0 / c): dz/dz0 = 1 - tanh^2
-                g.mul_(1 - t * t)
+                g.mul_(t.mul_(t).neg_().add_(1))
             if need_h:
                 grad_h[s : s + chunk] = (g @ wf).to(hidden.dtype)
             if need_w:
