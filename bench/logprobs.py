@@ -8,8 +8,9 @@ For each shape a reference process computes float64 logprobs and hidden-state gr
 chunk (plain float64 matmul + log-sum-exp, written independently of the function under test);
 then each method runs in a fresh process: peak memory increase (peak RSS minus RSS after the
 inputs exist), wall time of forward + backward (loss = sum of logprob x random coefficient;
-gradients for the hidden states and the lm_head weight), largest absolute error of values and
-hidden-state gradients against the reference. A method that cannot fit in memory is reported as
+gradients for the hidden states, and with --train-weight for the lm_head weight too: by default
+the lm_head is frozen, as in LoRA training), largest absolute error of values and hidden-state
+gradients against the reference. A method that cannot fit in memory is reported as
 OOM. The last line summarises the largest shape at which naive completes:
 `summary: memory_ratio=X time_ratio=Y max_abs_err=Z` (naive's peak over ours; our time over naive's).
 """
@@ -63,14 +64,14 @@ def reference(n: int, v: int, h: int, out: str) -> None:
     torch.save({"values": values, "grad": grad}, out)
 
 
-def worker(method: str, n: int, v: int, h: int, ref_path: str) -> None:
+def worker(method: str, n: int, v: int, h: int, ref_path: str, train_weight: bool) -> None:
     import torch
 
     from unstable_hf.logprobs import chunked_autograd_logprobs, naive_token_logprobs, token_logprobs
 
     hidden, weight, targets, coef = inputs(n, v, h)
     hidden.requires_grad_(True)
-    weight.requires_grad_(True)
+    weight.requires_grad_(train_weight)
     base = rss_bytes()
     t = time.perf_counter()
     if method == "naive":
@@ -98,18 +99,20 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--hidden", type=int, default=1024)
+    ap.add_argument("--train-weight", action="store_true", help="also compute the lm_head weight gradient")
     ap.add_argument("--worker", nargs=5, metavar=("METHOD", "N", "V", "H", "REF"), help=argparse.SUPPRESS)
     ap.add_argument("--reference", nargs=4, metavar=("N", "V", "H", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         m, n, v, h, ref = args.worker
-        return worker(m, int(n), int(v), int(h), ref)
+        return worker(m, int(n), int(v), int(h), ref, args.train_weight)
     if args.reference:
         n, v, h, out = args.reference
         return reference(int(n), int(v), int(h), out)
 
     shapes = QUICK if args.quick else FULL
     me = [sys.executable, os.path.abspath(__file__)]
+    print(f"lm_head {'trained' if args.train_weight else 'frozen (LoRA)'}, hidden {args.hidden}")
     print(f"{'tokens':>7} {'vocab':>8} {'method':<17} {'peak MiB':>10} {'seconds':>9} {'max abs err':>12}")
     print("-" * 68)
     summary = None
@@ -119,7 +122,7 @@ def main() -> None:
             subprocess.run([*me, "--reference", str(n), str(v), str(args.hidden), ref], check=True)
             res = {}
             for method in METHODS:
-                r = run([*me, "--worker", method, str(n), str(v), str(args.hidden), ref])
+                r = run([*me, "--worker", method, str(n), str(v), str(args.hidden), ref] + (["--train-weight"] if args.train_weight else []))
                 res[method] = r
                 if r is None:
                     print(f"{n:>7} {v:>8} {method:<17} {'OOM':>10} {'-':>9} {'-':>12}")

@@ -34,8 +34,9 @@ _LAZY = {
     )},
     **{n: "errors" for n in ("UnstableError", "ConfigError", "PluginError", "UnknownComponentError")},
     **{n: "plugins" for n in ("PluginSystem", "PluginRecord", "load_plugins", "get_plugin_system")},
-    **{n: "config" for n in ("RunConfig", "load_config", "ComponentChoice")},
+    **{n: "config" for n in ("RunConfig", "load_config", "validate_config", "ComponentChoice")},
     "ModelRegistry": "runtime.registry",
+    "Loop": "runtime.loop",
 }
 
 __all__ = ["__version__", "hookimpl", *_LAZY]

@@ -263,6 +263,9 @@ class Buffer(Protocol):
 
 @runtime_checkable
 class Learner(Protocol):
+    """``version`` counts updates made. A learner that sets ``blocking = True`` is trained in a
+    worker thread by the local executor, so games keep being played during an update."""
+
     version: int
 
     def update(self, batch: Batch) -> dict[str, float]:

@@ -1,8 +1,6 @@
 import random
 
-from unstable_core import EnvSpec, load_plugins
-from unstable_core.config import validate_config
-from unstable_core.runtime.loop import Loop
+from unstable_core import EnvSpec, Loop, load_plugins, validate_config
 from unstable_core.testing import EnvSamplerContract, toy_config, toy_plugin
 
 import unstable_curriculum.plugin as plugin

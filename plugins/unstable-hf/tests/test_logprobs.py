@@ -22,9 +22,9 @@ def make(seed, b, t, h, v, dtype=torch.float32, density=0.6):
     return hidden_bt.to(dtype), weight.to(dtype), mask, targets
 
 
-def grads(fn, hidden, weight, targets, coef, **kw):
+def grads(fn, hidden, weight, targets, coef, train_weight=True, **kw):
     hidden = hidden.detach().clone().requires_grad_(True)
-    weight = weight.detach().clone().requires_grad_(True)
+    weight = weight.detach().clone().requires_grad_(train_weight)
     out = fn(hidden, weight, targets, **kw)
     (out * coef).sum().backward()
     return out.detach(), hidden.grad, weight.grad
@@ -34,17 +34,21 @@ def grads(fn, hidden, weight, targets, coef, **kw):
 @given(
     seed=st.integers(0, 10_000), b=st.integers(1, 4), t=st.integers(1, 24), h=st.sampled_from([8, 16, 32]),
     v=st.integers(2, 300), chunk=st.integers(1, 40), temperature=st.sampled_from([1.0, 0.7, 1.5]),
-    softcap=st.sampled_from([None, 5.0, 30.0]),
+    softcap=st.sampled_from([None, 5.0, 30.0]), recompute=st.booleans(), train_weight=st.booleans(),
 )
-def test_matches_naive_float32_and_float64_reference(seed, b, t, h, v, chunk, temperature, softcap):
+def test_matches_naive_float32_and_float64_reference(seed, b, t, h, v, chunk, temperature, softcap, recompute, train_weight):
     hidden_bt, weight, mask, targets_bt = make(seed, b, t, h, v)
     hidden, targets = hidden_bt[mask], targets_bt[mask]  # flattened ragged positions
     coef = torch.randn(hidden.shape[0], generator=torch.Generator().manual_seed(seed + 1))
     kw = dict(temperature=temperature, softcap=softcap)
-    ours = grads(lambda x, w, y, **k: token_logprobs(x, w, y, chunk_size=chunk, **k), hidden, weight, targets, coef, **kw)
-    naive = grads(naive_token_logprobs, hidden, weight, targets, coef, **kw)
-    ref = grads(naive_token_logprobs, hidden.double(), weight.double(), targets, coef.double(), **kw)
+    ours = grads(lambda x, w, y, **k: token_logprobs(x, w, y, chunk_size=chunk, recompute=recompute, **k), hidden, weight, targets, coef,
+                 train_weight=train_weight, **kw)
+    naive = grads(naive_token_logprobs, hidden, weight, targets, coef, train_weight=train_weight, **kw)
+    ref = grads(naive_token_logprobs, hidden.double(), weight.double(), targets, coef.double(), train_weight=train_weight, **kw)
     for a, b_, r in zip(ours, naive, ref):
+        if a is None:  # frozen lm_head: no weight gradient from anyone
+            assert b_ is None and r is None and not train_weight
+            continue
         assert torch.allclose(a, b_, atol=1e-5, rtol=1e-5)
         assert torch.allclose(a.double(), r.double(), atol=1e-5, rtol=1e-4)
 
@@ -67,6 +71,14 @@ def test_frozen_weight_gets_no_grad_and_bf16_hidden_works():
     assert out.dtype == torch.float32
     out.sum().backward()
     assert h.grad is not None and h.grad.dtype == torch.bfloat16 and w.grad is None
+
+
+def test_no_jacobian_kept_without_grad():
+    hidden, weight, mask, targets = make(4, 2, 6, 8, 30)
+    with torch.no_grad():
+        out = token_logprobs(hidden[mask].requires_grad_(True), weight, targets[mask], chunk_size=4)
+    assert out.grad_fn is None
+    assert torch.allclose(out, naive_token_logprobs(hidden[mask], weight, targets[mask]), atol=1e-6)
 
 
 def test_chunked_autograd_baseline_agrees():

@@ -56,46 +56,71 @@ def _chunk_logits(h: torch.Tensor, weight: torch.Tensor, temperature: float, sof
 class _ChunkedLogprobs(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int,
-                temperature: float, softcap: float | None) -> torch.Tensor:
+                temperature: float, softcap: float | None, recompute: bool) -> torch.Tensor:
         n = hidden.shape[0]
         acc = torch.promote_types(torch.promote_types(hidden.dtype, weight.dtype), torch.float32)
         out = torch.empty(n, dtype=acc, device=hidden.device)
         lse = torch.empty(n, dtype=acc, device=hidden.device)
+        # d logp_i / d h_i does not depend on the incoming gradient: unless told to recompute, it
+        # is formed in this same chunk pass ([N, H], the size of the hidden states), so backward
+        # only scales it. The lm_head gradient depends on every token's incoming gradient and is
+        # always recomputed in backward.
+        jac = None
+        if ctx.needs_input_grad[0] and not recompute:
+            jac = torch.empty(hidden.shape, dtype=acc, device=hidden.device)
+        wf = weight.to(acc)
         with torch.no_grad():
             for s in range(0, n, chunk):
-                z, _ = _chunk_logits(hidden[s : s + chunk], weight, temperature, softcap)
+                z, t = _chunk_logits(hidden[s : s + chunk], weight, temperature, softcap)
                 chunk_lse = torch.logsumexp(z, dim=-1)
                 lse[s : s + chunk] = chunk_lse
                 out[s : s + chunk] = z.gather(1, targets[s : s + chunk, None]).squeeze(1) - chunk_lse
-        ctx.save_for_backward(hidden, weight, targets, lse)
-        ctx.chunk, ctx.temperature, ctx.softcap = chunk, temperature, softcap
+                if jac is not None:
+                    ones = torch.ones(z.shape[0], 1, dtype=acc, device=z.device)
+                    g = _dlogp_dz(z, t, chunk_lse, targets[s : s + chunk], ones, temperature)
+                    jac[s : s + chunk] = g @ wf
+        ctx.save_for_backward(hidden, weight, targets, lse, jac if jac is not None else torch.empty(0))
+        ctx.chunk, ctx.temperature, ctx.softcap, ctx.has_jac = chunk, temperature, softcap, jac is not None
         return out
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Any, ...]:
-        hidden, weight, targets, lse = ctx.saved_tensors
+        hidden, weight, targets, lse, jac = ctx.saved_tensors
         chunk, temperature, softcap = ctx.chunk, ctx.temperature, ctx.softcap
         need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        grad_h = torch.empty_like(hidden) if need_h else None
         acc = lse.dtype
+        grad_h = None
+        if need_h and ctx.has_jac:
+            grad_h = (jac * grad_out[:, None].to(acc)).to(hidden.dtype)
+        recompute_h = need_h and grad_h is None
+        if recompute_h:
+            grad_h = torch.empty_like(hidden)
         grad_w = torch.zeros(weight.shape, dtype=acc, device=weight.device) if need_w else None
-        wf = weight.to(acc)
-        for s in range(0, hidden.shape[0], chunk):
-            h = hidden[s : s + chunk]
-            z, t = _chunk_logits(h, weight, temperature, softcap)  # recomputed, never stored
-            # d logp / d z = onehot(target) - softmax(z), times the incoming gradient; in place
-            go = grad_out[s : s + chunk, None].to(acc)
-            g = z.sub_(lse[s : s + chunk, None]).exp_().mul_(go.neg())
-            g.scatter_add_(1, targets[s : s + chunk, None], go)
-            if temperature != 1.0:
-                g.div_(temperature)
-            if t is not None:  # z = c * tanh(z0 / c): dz/dz0 = 1 - tanh^2
-                g.mul_(t.mul_(t).neg_().add_(1))
-            if need_h:
-                grad_h[s : s + chunk] = (g @ wf).to(hidden.dtype)
-            if need_w:
-                grad_w.addmm_(g.t(), h.to(acc))
-        return grad_h, (grad_w.to(weight.dtype) if need_w else None), None, None, None, None
+        if recompute_h or need_w:
+            wf = weight.to(acc)
+            for s in range(0, hidden.shape[0], chunk):
+                h = hidden[s : s + chunk]
+                z, t = _chunk_logits(h, weight, temperature, softcap)  # recomputed, never stored
+                go = grad_out[s : s + chunk, None].to(acc)
+                g = _dlogp_dz(z, t, lse[s : s + chunk], targets[s : s + chunk], go, temperature)
+                if recompute_h:
+                    grad_h[s : s + chunk] = (g @ wf).to(hidden.dtype)
+                if need_w:
+                    grad_w.addmm_(g.t(), h.to(acc))
+        return grad_h, (grad_w.to(weight.dtype) if need_w else None), None, None, None, None, None
+
+
+def _dlogp_dz(z: torch.Tensor, t: torch.Tensor | None, lse: torch.Tensor, targets: torch.Tensor, go: torch.Tensor,
+              temperature: float) -> torch.Tensor:
+    """go * d logp / d z0 for one chunk, in place on z: (onehot(target) - softmax(z)) scaled by
+    1/T and by the softcap's derivative 1 - tanh^2."""
+    g = z.sub_(lse[:, None]).exp_().mul_(go.neg())
+    g.scatter_add_(1, targets[:, None], go)
+    if temperature != 1.0:
+        g.div_(temperature)
+    if t is not None:
+        g.mul_(t.mul_(t).neg_().add_(1))
+    return g
 
 
 def token_logprobs(
@@ -106,13 +131,17 @@ def token_logprobs(
     chunk_size: int | None = None,
     temperature: float = 1.0,
     softcap: float | None = None,
+    recompute: bool = False,
 ) -> torch.Tensor:
     """Log-probabilities of `targets` [N] under ``softmax(softcap(hidden @ weight.T) / temperature)``.
 
     hidden: [N, H] final hidden states of the positions that predict the targets (flatten batch x
     sequence and select them first); weight: [V, H] the lm_head weight. Returns [N] in float32
     (float64 for float64 inputs).
-    Memory: one chunk of logits at a time, in forward and backward.
+    Memory: one chunk of logits at a time, in forward and backward. The lm_head gradient always
+    comes from logits recomputed chunk by chunk in backward; the hidden-state gradient by default
+    from per-token rows d logp / d h formed in the forward pass ([N, H], no extra matmul in
+    backward), or with ``recompute=True`` from the recomputed logits too.
     """
     if hidden.dim() != 2 or weight.dim() != 2 or targets.dim() != 1:
         raise ValueError("token_logprobs expects hidden [N, H], weight [V, H], targets [N]")
@@ -121,7 +150,7 @@ def token_logprobs(
     if hidden.shape[0] == 0:
         return hidden.new_zeros(0, dtype=torch.float32) + 0 * hidden.sum()
     chunk = chunk_size or auto_chunk_size(weight.shape[0], hidden.device)
-    return _ChunkedLogprobs.apply(hidden, weight, targets.long(), int(chunk), float(temperature), softcap)
+    return _ChunkedLogprobs.apply(hidden, weight, targets.long(), int(chunk), float(temperature), softcap, bool(recompute))
 
 
 def token_entropy(
