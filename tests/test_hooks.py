@@ -1,7 +1,6 @@
 """Every hook spec is documented in docs/ with its exact signature and called by a test."""
 
 import inspect
-import re
 from pathlib import Path
 
 import click

@@ -6,9 +6,6 @@ import pytest
 import trueskill
 
 from unstable_core import Checkpoint, EnvSpec, ModelRef
-from unstable_core.config import validate_config
-from unstable_core.plugins import load_plugins
-from unstable_core.runtime.loop import Loop
 from unstable_core.runtime.registry import ModelRegistry
 from unstable_core.testing import ModelSamplerContract, RaterContract, sample_result
 
