@@ -134,7 +134,7 @@ def test_working_plugin_component_usable_despite_broken_ones(cli, site):
 
 
 def test_missing_component_names_broken_plugins(cli, site):
-    proc = cli("components", "show", "learner", "reinforce", env={"PYTHONPATH": str(site)})
+    proc = cli("components", "show", "learner", "no-such-learner", env={"PYTHONPATH": str(site)})
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert "raises" in proc.stderr and "boom in hook" in proc.stderr
