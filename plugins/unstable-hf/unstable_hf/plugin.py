@@ -7,8 +7,6 @@ from typing import Any
 
 from unstable_core import BuildContext, InferenceSpec, hookimpl
 
-from .options import ModelLoadOptions
-
 
 def _inference_options() -> type:
     from .inference import HFInferenceOptions
@@ -58,5 +56,3 @@ def unstable_register_commands(cli: Any) -> None:
         out = build_tiny(parsed, path, log=lambda m: click.echo(m, err=True))
         click.echo(f"tiny model written to {out}")
 
-
-__all__ = ["ModelLoadOptions"]
