@@ -172,3 +172,16 @@ def test_toy_one_step_game_learns_best_action(tiny_path):
             break
     assert float(probs()[2]) >= 0.9, f"p(C) only reached {float(probs()[2]):.2f}"
     assert time.monotonic() - start < 60
+
+
+def test_gradient_checkpointing_gives_the_same_update(tiny_path):
+    steps = [step([5, 6, 7], [9, 3], 1.0), step([8, 9], [10, 3], -1.0)]
+    results = []
+    for ckpt in (False, True):
+        L = learner(tiny_path, dtype="float64", gradient_checkpointing=ckpt, lr=1e-2, normalizer="tokens")
+        randomize_lora(L.model, seed=5)
+        m = L.update(Batch(steps=steps, learner_version=0))
+        results.append((m["loss"], m["grad_norm"], [p.detach().clone() for p in L.params]))
+    (l0, g0, p0), (l1, g1, p1) = results
+    assert l0 == pytest.approx(l1, rel=1e-9) and g0 == pytest.approx(g1, rel=1e-9) and g0 > 0
+    assert all(torch.allclose(a, b, atol=1e-10) for a, b in zip(p0, p1))
