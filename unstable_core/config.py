@@ -30,6 +30,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from .plugins import PluginSystem
 
 
+#: config sections that pick one component; each is named after its component kind
+SINGLE_SECTIONS = ("env", "env_sampler", "model_sampler", "rater", "buffer", "inference", "executor", "learner")
+
+
 class ComponentChoice(BaseModel):
     """``name`` picks a component; every other key is one of its options."""
 
@@ -177,16 +181,8 @@ class RunConfig(Section):
     def component_choices(self) -> list[tuple[str, str, ComponentChoice]]:
         """(key path, kind, choice) for every component section in the config."""
         out: list[tuple[str, str, ComponentChoice]] = [
-            ("env", "env", self.env),
-            ("env_sampler", "env_sampler", self.env_sampler),
-            ("model_sampler", "model_sampler", self.model_sampler),
-            ("rater", "rater", self.rater),
-            ("buffer", "buffer", self.buffer),
-            ("inference", "inference", self.inference),
-            ("executor", "executor", self.executor),
+            (key, key, getattr(self, key)) for key in SINGLE_SECTIONS if getattr(self, key) is not None
         ]
-        if self.learner is not None:
-            out.append(("learner", "learner", self.learner))
         out += [(f"trackers.{i}", "tracker", c) for i, c in enumerate(self.trackers)]
         for stage in ("final", "step", "sampling"):
             out += [(f"reward.{stage}.{i}", "reward_transform", c) for i, c in enumerate(getattr(self.reward, stage))]
@@ -370,18 +366,6 @@ def _check_template(system: PluginSystem, name: str, where: str, problems: list[
 # JSON Schema
 # ---------------------------------------------------------------------------------------------
 
-_SECTION_KINDS: dict[str, str] = {
-    "env": "env",
-    "env_sampler": "env_sampler",
-    "model_sampler": "model_sampler",
-    "rater": "rater",
-    "buffer": "buffer",
-    "learner": "learner",
-    "inference": "inference",
-    "executor": "executor",
-}
-
-
 def _choice_schema(system: PluginSystem, kind: str, stage: str | None = None) -> dict[str, Any]:
     variants = []
     defs: dict[str, Any] = {}
@@ -418,8 +402,8 @@ def config_json_schema(system: PluginSystem) -> dict[str, Any]:
         all_defs.update(sub.pop("$defs", {}))
         return sub
 
-    for key, kind in _SECTION_KINDS.items():
-        sub = place(_choice_schema(system, kind))
+    for key in SINGLE_SECTIONS:  # each section is named after its component kind
+        sub = place(_choice_schema(system, key))
         if key == "learner":
             props[key] = {"anyOf": [sub, {"type": "null"}], "default": None}
         else:

@@ -140,9 +140,6 @@ class ScriptedInference:
 
     tokenizer = None
 
-    def __init__(self) -> None:
-        self.calls = 0
-
     async def generate(self, request: GenerationRequest) -> Completion:
         return self.complete(request)
 
@@ -157,7 +154,6 @@ class ScriptedInference:
         agent = AGENTS.get(request.model.model)
         if agent is None:
             self.check_model(request.model)  # raises with the known names
-        self.calls += 1
         text = agent(request.observation, random.Random(request.seed))
         return Completion(text=text, policy_version=request.model.version)
 

@@ -18,7 +18,7 @@ import time
 from collections import OrderedDict
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from unstable_core import Checkpoint, Completion, GenerationRequest, ModelRef
 
@@ -39,20 +39,13 @@ class HFInferenceOptions(ModelLoadOptions):
     lora: LoraOptions = Field(default_factory=LoraOptions, description="LoRA shape (must match the learner's).")
 
 
-class _Pending(BaseModel):
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    request: GenerationRequest
-    future: Any
-
-
 class HFInference:
     def __init__(self, options: HFInferenceOptions) -> None:
         self.options = options
         self.tokenizer: Any = None
         self._bases: dict[str, Any] = {}  # resolved base path -> PeftModel
         self._adapters: OrderedDict[str, str] = OrderedDict()  # uid -> adapter path (resident)
-        self._queue: asyncio.Queue[_Pending] | None = None
+        self._queue: asyncio.Queue[tuple[GenerationRequest, asyncio.Future[Completion]]] | None = None
         self._batcher: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lock = threading.Lock()
@@ -174,7 +167,7 @@ class HFInference:
         if self._batcher is None or self._batcher.done():
             self._batcher = asyncio.ensure_future(self._serve())
         future = loop.create_future()
-        await self._queue.put(_Pending(request=request, future=future))
+        await self._queue.put((request, future))
         return await future
 
     async def _serve(self) -> None:
@@ -192,24 +185,24 @@ class HFInference:
                     pending.append(await asyncio.wait_for(queue.get(), timeout))
                 except asyncio.TimeoutError:
                     break
-            groups: OrderedDict[tuple[str, str, str | None], list[_Pending]] = OrderedDict()
-            for p in pending:
-                ref = p.request.model
-                groups.setdefault((ref.model, ref.uid, ref.adapter_path), []).append(p)
+            groups: OrderedDict[tuple[str, str, str | None], list[Any]] = OrderedDict()
+            for request, future in pending:
+                ref = request.model
+                groups.setdefault((ref.model, ref.uid, ref.adapter_path), []).append((request, future))
             for group in groups.values():
-                live = [p for p in group if not p.future.done()]
+                live = [(r, f) for r, f in group if not f.done()]
                 if not live:
                     continue
                 try:
-                    outs = await asyncio.to_thread(self.generate_batch, [p.request for p in live])
+                    outs = await asyncio.to_thread(self.generate_batch, [r for r, _ in live])
                 except Exception as exc:  # fail these games, keep serving
-                    for p in live:
-                        if not p.future.done():
-                            p.future.set_exception(exc)
+                    for _, f in live:
+                        if not f.done():
+                            f.set_exception(exc)
                     continue
-                for p, out in zip(live, outs):
-                    if not p.future.done():
-                        p.future.set_result(out)
+                for (_, f), out in zip(live, outs):
+                    if not f.done():
+                        f.set_result(out)
 
     def close(self) -> None:
         if self._batcher is not None:

@@ -48,8 +48,8 @@ class TrueSkillRater:
     def _initial(self, uid: str, registry: Any, suffix: str) -> Any:
         entry = registry.entries.get(uid) if registry is not None else None
         if entry is not None and entry.ref.kind == "checkpoint":
-            older = [r for r in registry.checkpoints() if r.version < entry.ref.version or (r.kind == "base" and r.uid != uid)]
-            older = [r for r in older if r.uid + suffix in self.table]
+            # earlier snapshots (the base model has version 0) that already have a rating
+            older = [r for r in registry.checkpoints() if r.version < entry.ref.version and r.uid + suffix in self.table]
             if older:
                 prev = self.table[max(older, key=lambda r: (r.version, r.kind != "base")).uid + suffix]
                 sigma = min(prev.sigma * self.options.checkpoint_sigma_factor, self.options.sigma)
