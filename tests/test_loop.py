@@ -68,6 +68,7 @@ def test_garbage_seat_1000_games_no_crash_every_failure_counted(make_plugin_syst
     cfg = tournament_cfg(
         opponents=["garbage", "random-valid"],
         collection={"tournament_games": 1000, "num_train_games": 16, "transcripts": 0.05},
+        trackers=[{"name": "jsonl", "games": True}],
     )
     loop, end = run_loop(make_plugin_system(), cfg, tmp_path / "run")
     assert end.status == "completed" and end.games_played == 1000
@@ -77,6 +78,14 @@ def test_garbage_seat_1000_games_no_crash_every_failure_counted(make_plugin_syst
     failed = [g for g in games if g["outcome"] == "failed"]
     summary = [r for r in records if r["type"] == "summary"][-1]
     assert summary["failed"] == len(failed) == sum(summary["failures"].values())
+    # the summary's per-env totals agree with the per-game records
+    envs = summary["envs"]["tournament"]
+    assert sum(e["games"] for e in envs.values()) == 1000 and sum(e["failed"] for e in envs.values()) == len(failed)
+    for env_id, e in envs.items():
+        done = [g for g in games if g["env_id"] == env_id and g["outcome"] != "failed"]
+        assert e["games"] == len([g for g in games if g["env_id"] == env_id])
+        assert e["win_rate"] == pytest.approx(sum(g["anchor_outcome"] == "win" for g in done) / len(done))
+        assert e["invalid_rate"] == pytest.approx(sum(g["invalid"] for g in done) / len(done))
     assert failed, "the 5000-digit answer makes TextArena raise; that game must fail and be counted"
     assert all(g["error"] for g in failed) and "ValueError" in summary["failures"]
     # garbage loses by invalid moves; the valid agent never does
@@ -99,7 +108,7 @@ def test_same_seed_same_games(make_plugin_system, tmp_path):
 
 def test_truncation_at_max_turns(make_plugin_system, tmp_path):
     cfg = tournament_cfg(train_envs=["SimpleNegotiation-v0-train"], opponents=["random-valid", "first-valid"],
-                         collection={"tournament_games": 3, "max_turns": 4})
+                         collection={"tournament_games": 3, "max_turns": 4}, trackers=[{"name": "jsonl", "games": True}])
     loop, _ = run_loop(make_plugin_system(), cfg, tmp_path / "run")
     games = [r for r in read_jsonl(tmp_path / "run" / "metrics.jsonl") if r["type"] == "game"]
     assert [g["outcome"] for g in games] == ["truncated"] * 3
@@ -206,11 +215,11 @@ def test_backpressure_pauses_and_resumes_collection(make_plugin_system, tmp_path
         await turns(500)
         assert loop.game_idx == started, "collection went on while the buffer was full"
         loop.buffer.draw(20, 0)
-        loop._event("drained").set()
+        loop._drained.set()
         await turns(50)
         assert loop.game_idx > started, "collection did not resume after the buffer drained"
         loop._stop = True
-        loop._event("drained").set()
+        loop._drained.set()
         await task
 
     asyncio.run(scenario())
@@ -229,7 +238,8 @@ def test_env_exception_fails_game_with_reason(make_plugin_system, tmp_path):
     from unstable_core.testing import toy_plugin
 
     cfg = toy_config(train_envs=[{"env_id": "PickBest-v0", "kwargs": {"best": "C", "no_such_kwarg": 1}}],
-                     training={"learning_steps": 1}, collection={"max_game_failures": 5})
+                     training={"learning_steps": 1}, collection={"max_game_failures": 5},
+                     trackers=[{"name": "jsonl", "games": True}])
     with pytest.raises(Exception, match="games failed"):
         run_loop(make_plugin_system(toy_plugin), cfg, tmp_path / "r")
     records = read_jsonl(tmp_path / "r" / "metrics.jsonl")

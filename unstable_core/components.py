@@ -302,6 +302,9 @@ class Executor(Protocol):
 
 @runtime_checkable
 class Tracker(Protocol):
+    """Receives the run's metrics records. A tracker that also wants one ``game`` record per game
+    sets an attribute ``wants_game_records = True`` (the loop builds them only then)."""
+
     def log(self, record: dict[str, Any]) -> None:
         """Record one metrics record (has a 'type' key)."""
         ...

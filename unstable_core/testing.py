@@ -41,7 +41,8 @@ from .components import (
     InferenceSpec,
     LearnerSpec,
 )
-from .runtime.registry import ModelRegistry, write_json_atomic
+from .runtime.jsonio import write_json_atomic
+from .runtime.registry import ModelRegistry
 from .types import (
     Batch,
     Checkpoint,

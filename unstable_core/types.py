@@ -14,7 +14,7 @@ The flow (see docs/architecture.md):
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -23,6 +23,13 @@ class Model(BaseModel):
     """Base of every unstable type: strict about unknown fields, built on first use."""
 
     model_config = ConfigDict(extra="forbid", defer_build=True)
+
+    @classmethod
+    def of(cls, data: dict[str, Any]) -> Self:
+        """``cls(**data)``: the same validation and the same object, without ``BaseModel.__init__``'s
+        Python-level wrapper, which costs about 1 µs per object. For hot paths: the game runner
+        makes three objects for every turn of every game."""
+        return cls.__pydantic_validator__.validate_python(data)
 
 
 class EnvSpec(Model):

@@ -42,6 +42,9 @@ class TextArenaGame:
         self.allowance = invalid_move_allowance
         self._player = 0
         self.state: Any = None
+        self._game_info: dict[int, Any] = {}
+        self._counts_errors = False
+        self._flagged: set[int] = set()
 
     def reset(self, num_players: int, seed: int) -> None:
         self.env.reset(num_players=num_players, seed=seed)
@@ -49,6 +52,9 @@ class TextArenaGame:
         self.state = state = getattr(self.env, "state", None)
         if state is not None and hasattr(state, "error_allowance"):
             state.error_allowance = self.allowance
+        self._game_info = getattr(state, "game_info", None) or {}
+        self._counts_errors = hasattr(state, "error_count")
+        self._flagged = set()
 
     def observe(self) -> tuple[int, str]:
         pid, obs = self.env.get_observation()
@@ -58,17 +64,18 @@ class TextArenaGame:
         return self._player, obs
 
     def step(self, action: str) -> tuple[bool, bool]:
-        state = self.state
-        errors_before = getattr(state, "error_count", 0)
-        flagged_before = self._flagged(state)
+        # an invalid move either uses up allowance (error_count grows) or ends the player's game
+        # (TextArena sets game_info[player]["invalid_move"], once)
+        state, pid = self.state, self._player
+        errors_before = state.error_count if self._counts_errors else 0
         done, _info = self.env.step(action=action)
-        # an invalid move either uses up allowance (error_count grows) or ends the game
-        invalid = getattr(state, "error_count", 0) > errors_before or (self._flagged(state) and not flagged_before)
-        return bool(done), invalid
-
-    def _flagged(self, state: Any) -> bool:
-        info = getattr(state, "game_info", None) or {}
-        return bool(info.get(self._player, {}).get("invalid_move", False))
+        if self._counts_errors and state.error_count > errors_before:
+            return bool(done), True
+        info = self._game_info.get(pid)
+        if info and info.get("invalid_move", False) and pid not in self._flagged:
+            self._flagged.add(pid)
+            return bool(done), True
+        return bool(done), False
 
     def close(self) -> tuple[dict[int, float], dict[int, dict[str, Any]]]:
         out = self.env.close()

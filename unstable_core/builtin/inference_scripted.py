@@ -155,7 +155,7 @@ class ScriptedInference:
         if agent is None:
             self.check_model(request.model)  # raises with the known names
         text = agent(request.observation, random.Random(request.seed))
-        return Completion(text=text, policy_version=request.model.version)
+        return Completion.of({"text": text, "policy_version": request.model.version})
 
     def load_checkpoint(self, checkpoint: Checkpoint) -> None:
         return None

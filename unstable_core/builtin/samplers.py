@@ -28,6 +28,8 @@ class UniformEnvSampler:
         self.weighted = options.weighted
 
     def sample(self, envs: Sequence[EnvSpec], rng: random.Random) -> EnvSpec:
+        if len(envs) == 1:
+            return envs[0]
         if not envs:
             raise ValueError("no training environments configured")
         weights = [e.weight for e in envs] if self.weighted else None

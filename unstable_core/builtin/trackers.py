@@ -1,29 +1,32 @@
 """Trackers `jsonl` (run_dir/metrics.jsonl) and `console` (a rich live view).
 
-Records are dicts with a ``type``: ``game`` (one per game), ``train`` (one per learner update),
-``eval`` (one per evaluation (step, env, opponent)), ``ratings`` and ``summary``.
+Records are dicts with a ``type``: ``train`` (one per learner update), ``eval`` (one per
+evaluation (step, env, opponent)), ``summary`` (every second: games, games/s, failures, buffer
+fill and per-(mode, env) totals under ``envs``), ``ratings``, and ``game`` (one per game) for
+trackers whose ``wants_game_records`` attribute is true (``jsonl`` with ``games = true``).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
-from collections import defaultdict
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from .. import hookimpl
 from ..components import TrackerSpec
+from ..runtime.jsonio import json_line
 
 
 class JsonlOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     filename: str = Field("metrics.jsonl", description="File name inside the run directory.")
-    games: bool = Field(True, description="Also log one `game` record per game.")
+    games: bool = Field(
+        False, description="Also log one `game` record per game (summary records carry per-env totals either way)."
+    )
     flush_s: float = Field(1.0, ge=0, description="Seconds between flushes of game records (other records flush at once).")
 
 
@@ -32,16 +35,14 @@ class JsonlTracker:
         if not run_dir:
             raise ValueError("the jsonl tracker needs a run directory")
         self.path = os.path.join(run_dir, options.filename)
-        self.games = options.games
+        self.wants_game_records = options.games
         self.flush_s = options.flush_s
         self.fh = open(self.path, "a", encoding="utf-8")
         self.last_flush = time.monotonic()
 
     def log(self, record: dict[str, Any]) -> None:
         kind = record.get("type")
-        if kind == "game" and not self.games:
-            return
-        self.fh.write(json.dumps(record, default=str) + "\n")
+        self.fh.write(json_line(record))
         now = time.monotonic()
         # game records are many: flush them at most every flush_s; anything else at once
         if kind != "game" or now - self.last_flush >= self.flush_s:
@@ -63,7 +64,8 @@ class ConsoleOptions(BaseModel):
 
 
 class ConsoleTracker:
-    """games/s, buffer fill, learner step and, per env: win/draw/loss and invalid-move rates."""
+    """games/s, buffer fill, learner step and, per (mode, env): win/draw/loss and invalid-move
+    rates of the anchor seat (from the summary records), and the latest evaluation."""
 
     def __init__(self, options: ConsoleOptions) -> None:
         from rich.console import Console
@@ -71,13 +73,13 @@ class ConsoleTracker:
         self.console = Console(stderr=True)
         self.refresh_s = options.refresh_s
         self.live_enabled = self.console.is_terminal if options.live is None else options.live
-        self.start = time.monotonic()
         self.last_draw = 0.0
         self.games = 0
+        self.games_per_s = 0.0
         self.failed = 0
         self.step = 0
         self.buffer = (0, 0)
-        self.per_env: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        self.envs: dict[str, dict[str, dict[str, float]]] = {}
         self.last_eval: list[dict[str, Any]] = []
         self.live = None
         if self.live_enabled:
@@ -88,19 +90,14 @@ class ConsoleTracker:
 
     def log(self, record: dict[str, Any]) -> None:
         kind = record.get("type")
-        if kind == "game":
-            self.games += 1
-            if record.get("outcome") == "failed":
-                self.failed += 1
-            env = self.per_env[record.get("env_id", "?")]
-            env["games"] += 1
-            for o in ("win", "draw", "loss"):
-                env[o] += record.get("anchor_outcome") == o
-            env["invalid"] += bool(record.get("invalid"))
+        if kind == "summary":
+            self.games = int(record.get("games", 0))
+            self.games_per_s = float(record.get("games_per_s", 0.0))
+            self.failed = int(record.get("failed", 0))
+            self.buffer = (int(record.get("buffer_size", 0)), int(record.get("buffer_capacity", 0)))
+            self.envs = record.get("envs", {})
         elif kind == "train":
             self.step = int(record.get("step", self.step))
-        elif kind == "summary":
-            self.buffer = (int(record.get("buffer_size", 0)), int(record.get("buffer_capacity", 0)))
         elif kind == "eval":
             self.last_eval = [r for r in self.last_eval if r.get("step") == record.get("step")] + [record]
             if not self.live_enabled:
@@ -117,14 +114,14 @@ class ConsoleTracker:
     def _table(self) -> Any:
         from rich.table import Table
 
-        elapsed = max(time.monotonic() - self.start, 1e-9)
-        t = Table(title=f"unstable | {self.games} games ({self.games / elapsed:.1f}/s) | failed {self.failed} | "
+        t = Table(title=f"unstable | {self.games} games ({self.games_per_s:.1f}/s) | failed {self.failed} | "
                   f"step {self.step} | buffer {self.buffer[0]}/{self.buffer[1]}")
         for col in ("env", "games", "win", "draw", "loss", "invalid"):
             t.add_column(col, justify="right" if col != "env" else "left")
-        for env_id, s in sorted(self.per_env.items()):
-            n = max(s["games"], 1)
-            t.add_row(env_id, str(int(s["games"])), *(f"{s[k] / n:.2f}" for k in ("win", "draw", "loss", "invalid")))
+        for mode, per_env in sorted(self.envs.items()):
+            for env_id, r in sorted(per_env.items()):
+                t.add_row(f"{mode} {env_id}", str(int(r["games"])),
+                          *(f"{r[k]:.2f}" for k in ("win_rate", "draw_rate", "loss_rate", "invalid_rate")))
         for r in self.last_eval:
             t.add_row(f"eval@{r['step']} {r['env_id']} vs {r['opponent']}", str(r["games"]),
                       *(f"{r[k]:.2f}" for k in ("win_rate", "draw_rate", "loss_rate", "invalid_rate")))

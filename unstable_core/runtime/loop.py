@@ -14,11 +14,10 @@ An executor decides where this runs; the built-in ``local`` one runs it in one a
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import random
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -42,11 +41,13 @@ from ..types import (
     ValidationEndContext,
     ValidationStartContext,
 )
-from .registry import ModelRegistry, write_json_atomic
+from .jsonio import json_line, write_json_atomic
+from .registry import ModelRegistry
 from .rewards import RewardPipelines
-from .runner import GameRunner, derive_seed
+from .runner import GameRunner, derive_seed, index_seed, unit_hash
 
 TRANSCRIPT_TEXT_LIMIT = 2000
+SUMMARY_EVERY_S = 1.0
 
 
 def _clip(text: str, limit: int = TRANSCRIPT_TEXT_LIMIT) -> str:
@@ -90,6 +91,8 @@ class Loop:
         self.buffer = self._build("buffer")
         self.executor = self._build("executor")
         self.trackers = [self._build(f"trackers.{i}") for i in range(len(cfg.trackers))]
+        self._game_trackers = [t for t in self.trackers if getattr(t, "wants_game_records", False)]
+        self.collection_stats = CollectionStats()
         self._templates: dict[str, Any] = {}
         self._backends: dict[str, Any] = {}
         for ref in self.registry.fixed() + ([self.base_ref] if self.base_ref else []):
@@ -112,12 +115,20 @@ class Loop:
         self.dropped_total = 0
         self.evaluated: set[tuple[str, str, str]] = set()
         self.eval_records: list[dict[str, Any]] = []
-        self._events: dict[str, asyncio.Event] = {}
+        # set when a game was ingested (the trainer waits on it) / when the trainer drew a batch
+        # or stopped (a back-pressured collector waits on it)
+        self._grew, self._drained = asyncio.Event(), asyncio.Event()
         self.empty_batches = 0
         self._stop = False
         self._start_time = time.monotonic()
         self._last_summary = 0.0
         self._transcripts: dict[str, Any] = {}
+        # one seeded stream for every scheduling draw: games are scheduled in index order, so the
+        # draws of game k are determined by the run seed (and a fresh Random per game costs more
+        # than the rest of scheduling together)
+        self._schedule_rng = random.Random(derive_seed(cfg.seed, "schedule"))
+        self._transcript_key = derive_seed(cfg.seed, "transcripts")
+        self._game_seed_key = derive_seed(cfg.seed, "games")
 
     # -- building -------------------------------------------------------------------------------
     def context(self, key: str) -> BuildContext:
@@ -190,7 +201,7 @@ class Loop:
         c = self.cfg.collection
         frac = c.eval_transcripts if result.game.mode == "eval" else c.transcripts
         # a fixed, seed-determined subset of game indices
-        if frac <= 0 or (frac < 1 and derive_seed(self.cfg.seed, result.game.game_idx, "t") >= frac * 0x80000000):
+        if frac <= 0 or (frac < 1 and unit_hash(self._transcript_key, result.game.game_idx) >= frac):
             return
         fh = self._transcripts.get(result.game.mode)
         if fh is None:
@@ -219,7 +230,7 @@ class Loop:
                 for t in sorted((t for tr in result.trajectories for t in tr.turns), key=lambda t: t.index)
             ],
         }
-        fh.write(json.dumps(line) + "\n")  # flushed at the end of the run and with each summary
+        fh.write(json_line(line))  # flushed at the end of the run and with each summary
 
     # -- logging ----------------------------------------------------------------------------------
     def log(self, record: dict[str, Any]) -> None:
@@ -229,7 +240,7 @@ class Loop:
 
     def _summary(self, force: bool = False) -> None:
         now = time.monotonic()
-        if not force and now - self._last_summary < 2.0:
+        if not force and now - self._last_summary < SUMMARY_EVERY_S:
             return
         self._last_summary = now
         for fh in self._transcripts.values():
@@ -246,6 +257,7 @@ class Loop:
                 "buffer_size": self.buffer.size(),
                 "buffer_capacity": self.buffer.capacity,
                 "dropped_zero_advantage": self.dropped_total,
+                "envs": self.collection_stats.snapshot(),
             }
         )
         self.log({"type": "ratings", "step": self.step, "games": self.games_played, "ratings": self.rater.ratings(self.registry)})
@@ -257,30 +269,32 @@ class Loop:
         return idx
 
     def _seat(self, env_n: int, anchor: ModelRef, actors: int, opponents: list[ModelRef], rng: random.Random) -> tuple[list[ModelRef], list[int]]:
-        positions = sorted(rng.sample(range(env_n), actors))
+        positions = [rng.randrange(env_n)] if actors == 1 else sorted(rng.sample(range(env_n), actors))
         it = iter(opponents)
         seats = [anchor if i in positions else next(it) for i in range(env_n)]
         return seats, positions
 
     def train_spec(self) -> GameSpec:
         idx = self._next_idx()
-        rng = random.Random(derive_seed(self.cfg.seed, idx, "schedule"))
+        rng = self._schedule_rng
         env = self.env_sampler.sample(self.cfg.train_envs, rng)
         anchor = self.registry.current
         assert anchor is not None
         actors = max(1, min(env.num_actors, env.num_players))
         opponents = self.model_sampler.sample(env, anchor, env.num_players - actors, self.registry, rng)
         seats, positions = self._seat(env.num_players, anchor, actors, list(opponents), rng)
-        return GameSpec(game_idx=idx, seed=derive_seed(self.cfg.seed, idx), env=env, seats=seats, train_seats=positions, mode="train")
+        return GameSpec.of(
+            {"game_idx": idx, "seed": index_seed(self._game_seed_key, idx), "env": env, "seats": seats, "train_seats": positions, "mode": "train"}
+        )
 
     def tournament_spec(self) -> GameSpec:
         idx = self._next_idx()
-        rng = random.Random(derive_seed(self.cfg.seed, idx, "schedule"))
+        rng = self._schedule_rng
         env = self.env_sampler.sample(self.cfg.train_envs or self.cfg.evaluation_envs, rng)
         anchor = rng.choice(self.registry.fixed())
         opponents = self.model_sampler.sample(env, anchor, env.num_players - 1, self.registry, rng)
         seats, _ = self._seat(env.num_players, anchor, 1, list(opponents), rng)
-        return GameSpec(game_idx=idx, seed=derive_seed(self.cfg.seed, idx), env=env, seats=seats, mode="tournament")
+        return GameSpec.of({"game_idx": idx, "seed": index_seed(self._game_seed_key, idx), "env": env, "seats": seats, "mode": "tournament"})
 
     def eval_specs(self, step: int, model: ModelRef) -> list[GameSpec]:
         specs = []
@@ -301,13 +315,6 @@ class Loop:
         return specs
 
     # -- ingest -----------------------------------------------------------------------------------
-    def _event(self, name: str) -> asyncio.Event:
-        """'grew' is set when a game was ingested (the trainer waits on it); 'drained' when the
-        trainer drew a batch or stopped (a back-pressured collector waits on it)."""
-        if name not in self._events:
-            self._events[name] = asyncio.Event()
-        return self._events[name]
-
     def ingest(self, result: GameResult) -> None:
         self.games_played += 1
         if result.outcome == "failed":
@@ -319,28 +326,32 @@ class Loop:
             self.rater.update(result, self.registry)
             if result.game.mode == "train":
                 self.buffer.add(result)
-        self.log(self._game_record(result))
+        self.collection_stats.add(result)
+        if self._game_trackers:  # the per-game record is built only for trackers that ask for it
+            record = self._game_record(result)
+            for t in self._game_trackers:
+                t.log(record)
         self._transcript(result)
         if self.hook.unstable_game_end.get_hookimpls():  # the context is built only for listeners
             self.hook.unstable_game_end(ctx=GameEndContext(run_dir=str(self.run_dir), result=result))
         self._summary()
-        self._event("grew").set()
-        limit = self.cfg.collection.max_game_failures
-        total_failed = sum(self.failures.values())
-        if (limit is not None and total_failed > limit) or self.consecutive_failures >= 200:
-            raise RunFailed(
-                f"{total_failed} games failed ({self.consecutive_failures} in a row); last error: {result.error}. "
-                f"Failures by reason: {dict(self.failures)}"
-            )
+        self._grew.set()
+        if result.outcome == "failed":
+            limit = self.cfg.collection.max_game_failures
+            total_failed = sum(self.failures.values())
+            if (limit is not None and total_failed > limit) or self.consecutive_failures >= 200:
+                raise RunFailed(
+                    f"{total_failed} games failed ({self.consecutive_failures} in a row); last error: {result.error}. "
+                    f"Failures by reason: {dict(self.failures)}"
+                )
 
     def _game_record(self, result: GameResult) -> dict[str, Any]:
         g = result.game
-        anchor_pid = g.train_seats[0] if g.train_seats else next(
-            (i for i, r in enumerate(g.seats) if r.kind != "fixed"), 0
-        )
+        anchor_pid = anchor_seat(g)
         traj = result.trajectories[anchor_pid] if anchor_pid < len(result.trajectories) else None
         return {
             "type": "game",
+            "time": round(time.monotonic() - self._start_time, 3),
             "step": self.step,
             "game_idx": g.game_idx,
             "mode": g.mode,
@@ -416,7 +427,7 @@ class Loop:
         """Keep num_train_games training games in flight until stopped."""
         limit = max(1, self.cfg.collection.num_train_games)
         tasks: set[asyncio.Task[GameResult]] = set()
-        drained = self._event("drained")
+        drained = self._drained
         try:
             while not self._stop:
                 while len(tasks) < limit and not self._backpressure() and not self._stop:
@@ -449,7 +460,7 @@ class Loop:
         await self.evaluate(0)
         collector = asyncio.ensure_future(self.collect())
         evals: list[asyncio.Task[Any]] = []
-        grew, drained = self._event("grew"), self._event("drained")
+        grew, drained = self._grew, self._drained
         try:
             while self.step < tc.learning_steps:
                 if collector.done():
@@ -566,6 +577,60 @@ class Loop:
         return end
 
 
+def anchor_seat(game: GameSpec) -> int:
+    """The seat a game is reported for: the learner's first seat in a training game, the
+    evaluated model's in an evaluation game, seat 0 in a tournament."""
+    if game.train_seats:
+        return game.train_seats[0]
+    return next((i for i, r in enumerate(game.seats) if r.kind != "fixed"), 0)
+
+
+class CollectionStats:
+    """Running totals per (mode, env) of every game played, from the anchor seat's side: what the
+    ``summary`` records carry as ``envs`` and the console tracker shows. Nothing is kept per game;
+    a windowed rate is the difference of two summaries."""
+
+    FIELDS = ("games", "failed", "win", "draw", "loss", "invalid", "turns")
+    _OUTCOME_COLUMN = {"win": 2, "draw": 3, "loss": 4}
+
+    def __init__(self) -> None:
+        self.rows: dict[tuple[str, str], list[int]] = {}
+
+    def add(self, result: GameResult) -> None:
+        game = result.game
+        key = (game.mode, game.env.env_id)
+        row = self.rows.get(key)
+        if row is None:
+            row = self.rows[key] = [0] * len(self.FIELDS)
+        row[0] += 1
+        if result.outcome == "failed":
+            row[1] += 1
+            return
+        pid = anchor_seat(game)
+        row[self._OUTCOME_COLUMN[result.outcome_for(pid)]] += 1
+        if pid < len(result.trajectories):
+            row[5] += any(t.invalid for t in result.trajectories[pid].turns)
+        row[6] += result.num_turns
+
+    def snapshot(self) -> dict[str, dict[str, dict[str, float]]]:
+        """{mode: {env_id: {games, failed, win_rate, draw_rate, loss_rate, invalid_rate, mean_turns}}};
+        rates are over the games that finished."""
+        out: dict[str, dict[str, dict[str, float]]] = {}
+        for (mode, env_id), row in sorted(self.rows.items()):
+            c = dict(zip(self.FIELDS, row))
+            n = c["games"] - c["failed"]
+            out.setdefault(mode, {})[env_id] = {
+                "games": c["games"],
+                "failed": c["failed"],
+                "win_rate": c["win"] / n if n else 0.0,
+                "draw_rate": c["draw"] / n if n else 0.0,
+                "loss_rate": c["loss"] / n if n else 0.0,
+                "invalid_rate": c["invalid"] / n if n else 0.0,
+                "mean_turns": c["turns"] / n if n else 0.0,
+            }
+        return out
+
+
 class OutcomeAggregator:
     """Win/draw/loss, invalid-move and format rates per (env, model, opponent), updated game by
     game so that nothing is kept per game.
@@ -573,38 +638,51 @@ class OutcomeAggregator:
     With an ``anchor`` uid (evaluation) only the anchor's seat is counted against the other seat;
     without one (tournament) every seat is counted against every other distinct agent."""
 
+    FIELDS = ("games", "win", "draw", "loss", "invalid", "turns", "format_ok", "failed")
+    _OUTCOME_COLUMN = {"win": 1, "draw": 2, "loss": 3}
+
     def __init__(self, anchor: str | None) -> None:
         self.anchor = anchor
-        self.stats: dict[tuple[str, str, str], Counter[str]] = defaultdict(Counter)
+        self.stats: dict[tuple[str, str, str], list[int]] = {}
+
+    def _row(self, key: tuple[str, str, str]) -> list[int]:
+        row = self.stats.get(key)
+        if row is None:
+            row = self.stats[key] = [0] * len(self.FIELDS)
+        return row
 
     def add(self, result: GameResult) -> None:
         seats = result.game.seats
         env_id = result.game.env.env_id
         failed = result.outcome == "failed"
+        outcomes = {} if failed else result.outcomes
         for i, s in enumerate(seats):
-            if self.anchor is not None and s.uid != self.anchor:
+            uid = s.uid
+            if self.anchor is not None and uid != self.anchor:
                 continue
-            turns = result.trajectories[i].turns
-            outcome = None if failed else result.outcomes.get(i, "draw")
-            invalid = any(t.invalid for t in turns)
-            fmt = sum(t.format_ok for t in turns)
-            others = {o.uid for o in seats if o.uid != s.uid} or {s.uid}
-            for opp in others:
-                c = self.stats[(env_id, s.uid, opp)]
-                if failed:
-                    c["failed"] += 1
-                    continue
-                c["games"] += 1
-                c[outcome] += 1
-                c["invalid"] += invalid
-                c["turns"] += len(turns)
-                c["format_ok"] += fmt
+            others = {o.uid for o in seats if o.uid != uid} or {uid}
+            if failed:
+                for opp in others:
+                    self._row((env_id, uid, opp))[7] += 1
+            else:
+                turns = result.trajectories[i].turns
+                column = self._OUTCOME_COLUMN[outcomes.get(i, "draw")]
+                invalid = any(t.invalid for t in turns)
+                fmt = sum(t.format_ok for t in turns)
+                for opp in others:
+                    row = self._row((env_id, uid, opp))
+                    row[0] += 1
+                    row[column] += 1
+                    row[4] += invalid
+                    row[5] += len(turns)
+                    row[6] += fmt
             if self.anchor is not None:
                 break  # the evaluated model's first seat only
 
     def records(self, step: int) -> list[dict[str, Any]]:
         out = []
-        for (env_id, uid, opp), c in sorted(self.stats.items()):
+        for (env_id, uid, opp), row in sorted(self.stats.items()):
+            c = dict(zip(self.FIELDS, row))
             n = c["games"]
             out.append({
                 "type": "eval", "step": step, "env_id": env_id, "model": uid, "opponent": opp,

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ..types import Checkpoint, GameResult, ModelRef
+from .jsonio import write_json_atomic
 
 
 @dataclass
@@ -39,23 +37,6 @@ class ModelEntry:
             "active": self.active,
             "rating": dict(self.rating),
         }
-
-
-def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:
-    """Write JSON to a temp file in the same folder, fsync, then rename over the target."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2, sort_keys=True)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 class ModelRegistry:

@@ -27,6 +27,29 @@ def turn_seed(game_seed: int, turn: int) -> int:
     return (game_seed * 1_000_003 + turn * 7_919 + 1) & 0x7FFFFFFF
 
 
+_M64 = 0xFFFFFFFFFFFFFFFF
+
+
+def _mix64(key: int, n: int) -> int:
+    """64 well-mixed bits from (key, n): the splitmix64 finalizer, a few integer operations."""
+    z = (key * 0x9E3779B97F4A7C15 + n * 0xBF58476D1CE4E5B9 + 1) & _M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+    return z ^ (z >> 31)
+
+
+def index_seed(key: int, n: int) -> int:
+    """The 31-bit seed of item `n` (a game index) of a stream keyed by ``derive_seed(...)``:
+    as reproducible as ``derive_seed(seed, n)`` and ten times cheaper, for per-game use."""
+    return _mix64(key, n) >> 33
+
+
+def unit_hash(key: int, n: int) -> float:
+    """A number in [0, 1) determined by (key, n), spread like a uniform draw (e.g. whether to keep
+    game n's transcript)."""
+    return (_mix64(key, n) >> 11) / 9007199254740992.0
+
+
 def describe_error(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
@@ -47,72 +70,85 @@ class GameRunner:
 
     async def play(self, spec: GameSpec) -> GameResult:
         start = time.perf_counter()
-        trajectories = [PlayerTrajectory(player_id=i, model=ref) for i, ref in enumerate(spec.seats)]
-        result = GameResult(game=spec, trajectories=trajectories)
+        seats = spec.seats
+        n = len(seats)
+        turn_lists: list[list[Turn]] = [[] for _ in seats]
+        infos: list[dict[str, Any]] = [{} for _ in seats]
+        rewards: dict[int, float] = {}
+        outcome, error = "finished", None
         env = None
         turns = 0
         try:
-            env = self.env_provider.make(spec.env)
-            env.reset(num_players=spec.env.num_players, seed=spec.seed)
+            # resolved once per game: the loop below runs for every turn of every game
+            backends = [self.backends(ref.backend) for ref in seats]
+            tokenizers = [getattr(b, "tokenizer", None) for b in backends]
+            env_id, seed = spec.env.env_id, spec.seed
             template = self.templates(spec.env.template)
+            render, extract = template.render, template.extract
+            env = self.env_provider.make(spec.env)
+            env.reset(num_players=spec.env.num_players, seed=seed)
             done = False
             while not done:
                 if turns >= self.max_turns:
-                    result.outcome = "truncated"
+                    outcome = "truncated"
                     break
                 pid, observation = env.observe()
-                if not 0 <= pid < len(spec.seats):
-                    raise RuntimeError(f"environment asked player {pid} to act; the table has {len(spec.seats)} seats")
-                ref = spec.seats[pid]
-                backend = self.backends(ref.backend)
-                prompt = template.render(observation, tokenizer=getattr(backend, "tokenizer", None))
-                request = GenerationRequest(
-                    model=ref, prompt=prompt, observation=observation, env_id=spec.env.env_id,
-                    player_id=pid, seed=turn_seed(spec.seed, turns),
-                )
-                completion = await backend.generate(request)
-                action, format_ok = template.extract(completion.text)
+                if not 0 <= pid < n:
+                    raise RuntimeError(f"environment asked player {pid} to act; the table has {n} seats")
+                prompt = render(observation, tokenizer=tokenizers[pid])
+                request = GenerationRequest.of({
+                    "model": seats[pid], "prompt": prompt, "observation": observation, "env_id": env_id,
+                    "player_id": pid, "seed": turn_seed(seed, turns),
+                })
+                completion = await backends[pid].generate(request)
+                action, format_ok = extract(completion.text)
                 done, invalid = env.step(action)
-                trajectories[pid].turns.append(
-                    Turn(
-                        player_id=pid,
-                        index=turns,
-                        observation=observation,
-                        prompt=prompt,
-                        prompt_token_ids=completion.prompt_token_ids,
-                        completion=completion.text,
-                        completion_token_ids=completion.completion_token_ids,
-                        logprobs=completion.logprobs,
-                        policy_version=completion.policy_version,
-                        action=action,
-                        format_ok=format_ok,
-                        invalid=invalid,
-                    )
+                turn_lists[pid].append(
+                    Turn.of({
+                        "player_id": pid,
+                        "index": turns,
+                        "observation": observation,
+                        "prompt": prompt,
+                        "prompt_token_ids": completion.prompt_token_ids,
+                        "completion": completion.text,
+                        "completion_token_ids": completion.completion_token_ids,
+                        "logprobs": completion.logprobs,
+                        "policy_version": completion.policy_version,
+                        "action": action,
+                        "format_ok": format_ok,
+                        "invalid": invalid,
+                    })
                 )
                 turns += 1
-            if result.outcome == "truncated":
-                result.rewards = {i: 0.0 for i in range(len(spec.seats))}
+            if outcome == "truncated":
+                rewards = {i: 0.0 for i in range(n)}
             else:
-                rewards, info = env.close()
+                env_rewards, info = env.close()
                 env = None
-                result.rewards = {i: float(rewards.get(i, 0.0)) for i in range(len(spec.seats))}
-                for pid, traj in enumerate(trajectories):
-                    traj.info = _jsonable(info.get(pid, {}))
-            for pid, traj in enumerate(trajectories):
-                traj.final_reward = result.rewards.get(pid, 0.0)
+                rewards = {i: float(env_rewards.get(i, 0.0)) for i in range(n)}
+                infos = [_jsonable(info.get(i, {})) for i in range(n)]
         except Exception as exc:  # a failed game never stops the loop
-            result.outcome = "failed"
-            result.error = describe_error(exc)
-            result.rewards = {}
+            outcome, error, rewards = "failed", describe_error(exc), {}
         finally:
             if env is not None:
                 try:
                     env.close()
                 except Exception:
                     pass
-        result.num_turns = turns
-        result.duration_s = time.perf_counter() - start
-        return result
+        return GameResult.of({
+            "game": spec,
+            "trajectories": [
+                PlayerTrajectory.of(
+                    {"player_id": i, "model": ref, "turns": turn_lists[i], "final_reward": rewards.get(i, 0.0), "info": infos[i]}
+                )
+                for i, ref in enumerate(seats)
+            ],
+            "rewards": rewards,
+            "outcome": outcome,
+            "error": error,
+            "num_turns": turns,
+            "duration_s": time.perf_counter() - start,
+        })
 
 
 def _jsonable(info: Mapping[str, Any]) -> dict[str, Any]:
