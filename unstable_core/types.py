@@ -98,6 +98,14 @@ class PlayerTrajectory(Model):
     final_reward: float = Field(0.0, description="The environment's reward for this player at the end of the game.")
     info: dict[str, Any] = Field(default_factory=dict, description="Per-player info from the environment (role, invalid_move, reason...).")
 
+    @property
+    def made_invalid_move(self) -> bool:
+        """Whether any of this seat's moves was rejected as invalid."""
+        for t in self.turns:
+            if t.invalid:
+                return True
+        return False
+
 
 class GameResult(Model):
     """A finished (or failed) game."""
@@ -115,8 +123,14 @@ class GameResult(Model):
         """Win/draw/loss per player id, by comparing each reward with the best other reward
         (a single player: the sign of its reward). Empty for a failed game."""
         out: dict[int, Literal["win", "draw", "loss"]] = {}
-        for pid, mine in self.rewards.items():
-            best_other = max((r for p, r in self.rewards.items() if p != pid), default=0.0)
+        items = list(self.rewards.items())
+        for pid, mine in items:  # plain loops: this runs for every game
+            best_other = None
+            for p, r in items:
+                if p != pid and (best_other is None or r > best_other):
+                    best_other = r
+            if best_other is None:
+                best_other = 0.0
             out[pid] = "win" if mine > best_other else ("loss" if mine < best_other else "draw")
         return out
 

@@ -14,11 +14,11 @@ class WinsRater:
     updates before calling raters, and derives a score from them."""
 
     def update(self, result: GameResult, registry: Any) -> None:
-        for ref in {r.uid: r for r in result.game.seats}.values():
-            entry = registry.entries.get(ref.uid)
-            if entry is None or entry.games == 0:
-                continue
-            entry.rating["score"] = (entry.wins + 0.5 * entry.draws) / entry.games
+        entries = registry.entries
+        for ref in result.game.seats:
+            entry = entries.get(ref.uid)
+            if entry is not None and entry.games:
+                entry.rating["score"] = (entry.wins + 0.5 * entry.draws) / entry.games
 
     def ratings(self, registry: Any) -> dict[str, dict[str, float]]:
         return {uid: dict(e.rating) for uid, e in registry.entries.items()}

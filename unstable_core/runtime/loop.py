@@ -205,7 +205,9 @@ class Loop:
             return
         fh = self._transcripts.get(result.game.mode)
         if fh is None:
-            fh = self._transcripts[result.game.mode] = open(self.run_dir / "games" / f"{result.game.mode}.jsonl", "a", encoding="utf-8")
+            fh = self._transcripts[result.game.mode] = open(
+                self.run_dir / "games" / f"{result.game.mode}.jsonl", "a", encoding="utf-8", buffering=1 << 20
+            )
         line = {
             "game_idx": result.game.game_idx,
             "mode": result.game.mode,
@@ -363,7 +365,7 @@ class Loop:
             "num_turns": result.num_turns,
             "anchor": g.seats[anchor_pid].uid if g.seats else None,
             "anchor_outcome": result.outcome_for(anchor_pid) if result.outcome != "failed" else None,
-            "invalid": bool(traj and any(t.invalid for t in traj.turns)),
+            "invalid": bool(traj and traj.made_invalid_move),
             "duration_s": round(result.duration_s, 6),
         }
 
@@ -386,6 +388,7 @@ class Loop:
                 played += 1
                 if on_result is not None:
                     on_result(result)
+                del result, spec  # a suspended worker holds no finished game
                 # a game whose agents answer at once never suspends: yield every few ms so that
                 # other games, the trainer and Ctrl-C (task cancellation) get their turn
                 now = time.monotonic()
@@ -582,7 +585,10 @@ def anchor_seat(game: GameSpec) -> int:
     evaluated model's in an evaluation game, seat 0 in a tournament."""
     if game.train_seats:
         return game.train_seats[0]
-    return next((i for i, r in enumerate(game.seats) if r.kind != "fixed"), 0)
+    for i, r in enumerate(game.seats):
+        if r.kind != "fixed":
+            return i
+    return 0
 
 
 class CollectionStats:
@@ -608,8 +614,8 @@ class CollectionStats:
             return
         pid = anchor_seat(game)
         row[self._OUTCOME_COLUMN[result.outcome_for(pid)]] += 1
-        if pid < len(result.trajectories):
-            row[5] += any(t.invalid for t in result.trajectories[pid].turns)
+        if pid < len(result.trajectories) and result.trajectories[pid].made_invalid_move:
+            row[5] += 1
         row[6] += result.num_turns
 
     def snapshot(self) -> dict[str, dict[str, dict[str, float]]]:
@@ -665,10 +671,13 @@ class OutcomeAggregator:
                 for opp in others:
                     self._row((env_id, uid, opp))[7] += 1
             else:
-                turns = result.trajectories[i].turns
+                traj = result.trajectories[i]
+                turns = traj.turns
                 column = self._OUTCOME_COLUMN[outcomes.get(i, "draw")]
-                invalid = any(t.invalid for t in turns)
-                fmt = sum(t.format_ok for t in turns)
+                invalid = traj.made_invalid_move
+                fmt = 0
+                for t in turns:
+                    fmt += t.format_ok
                 for opp in others:
                     row = self._row((env_id, uid, opp))
                     row[0] += 1

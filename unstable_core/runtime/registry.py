@@ -101,7 +101,7 @@ class ModelRegistry:
     # -- results --------------------------------------------------------------------------------
     @staticmethod
     def pair_key(a: str, b: str) -> str:
-        return "|".join(sorted((a, b)))
+        return f"{a}|{b}" if a < b else f"{b}|{a}"
 
     def record_game(self, result: GameResult) -> None:
         """Count a finished game for every seat and every pair of distinct seats."""
@@ -109,26 +109,33 @@ class ModelRegistry:
             return
         seats = result.game.seats
         outcomes = result.outcomes
+        trajectories = result.trajectories
         for pid, ref in enumerate(seats):
             entry = self.entries.get(ref.uid)
             if entry is None:
                 continue
             entry.games += 1
             o = outcomes.get(pid, "draw")
-            entry.wins += o == "win"
-            entry.draws += o == "draw"
-            entry.losses += o == "loss"
-            traj = result.trajectories[pid] if pid < len(result.trajectories) else None
-            if traj is not None and any(t.invalid for t in traj.turns):
+            if o == "win":
+                entry.wins += 1
+            elif o == "loss":
+                entry.losses += 1
+            else:
+                entry.draws += 1
+            if pid < len(trajectories) and trajectories[pid].made_invalid_move:
                 entry.invalid_games += 1
+        rewards = result.rewards
         for i in range(len(seats)):
             for j in range(i + 1, len(seats)):
                 a, b = seats[i].uid, seats[j].uid
                 if a == b:
                     continue
-                pair = self.pairs.setdefault(self.pair_key(a, b), {"games": 0, "draws": 0, a: 0, b: 0})
+                key = self.pair_key(a, b)
+                pair = self.pairs.get(key)
+                if pair is None:
+                    pair = self.pairs[key] = {"games": 0, "draws": 0, a: 0, b: 0}
                 pair["games"] += 1
-                ri, rj = result.rewards.get(i, 0.0), result.rewards.get(j, 0.0)
+                ri, rj = rewards.get(i, 0.0), rewards.get(j, 0.0)
                 if ri > rj:
                     pair[a] += 1
                 elif rj > ri:
