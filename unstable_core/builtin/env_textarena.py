@@ -88,11 +88,14 @@ class TextArenaGame:
 class TextArenaProvider:
     def __init__(self, options: TextArenaOptions) -> None:
         self.options = options
+        self._make: Any = None
 
     def make(self, env: EnvSpec) -> TextArenaGame:
-        import textarena as ta  # heavy: imported only when a game is made
+        if self._make is None:
+            import textarena as ta  # heavy: imported when the first game is made
 
-        return TextArenaGame(ta.make(env.env_id, **env.kwargs), self.options.invalid_move_allowance)
+            self._make = ta.make
+        return TextArenaGame(self._make(env.env_id, **env.kwargs), self.options.invalid_move_allowance)
 
     def known_env_ids(self) -> list[str]:
         return list(KNOWN_ENV_IDS)

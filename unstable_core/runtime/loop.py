@@ -443,6 +443,7 @@ class Loop:
                 done, tasks = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
                 for t in done:
                     t.result()  # re-raise RunFailed
+                del done  # finished games are freed before the next ones start
         finally:
             for t in tasks:
                 t.cancel()

@@ -12,7 +12,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..types import GameResult, GameSpec, GenerationRequest, PlayerTrajectory, Turn
+from pydantic import ValidationError
+
+from ..types import GameResult, GameSpec, GenerationRequest
 
 
 def derive_seed(*parts: Any) -> int:
@@ -72,7 +74,7 @@ class GameRunner:
         start = time.perf_counter()
         seats = spec.seats
         n = len(seats)
-        turn_lists: list[list[Turn]] = [[] for _ in seats]
+        turn_lists: list[list[dict[str, Any]]] = [[] for _ in seats]
         infos: list[dict[str, Any]] = [{} for _ in seats]
         rewards: dict[int, float] = {}
         outcome, error = "finished", None
@@ -104,7 +106,7 @@ class GameRunner:
                 action, format_ok = extract(completion.text)
                 done, invalid = env.step(action)
                 turn_lists[pid].append(
-                    Turn.of({
+                    {  # validated into a Turn with the whole result, below
                         "player_id": pid,
                         "index": turns,
                         "observation": observation,
@@ -117,7 +119,7 @@ class GameRunner:
                         "action": action,
                         "format_ok": format_ok,
                         "invalid": invalid,
-                    })
+                    }
                 )
                 turns += 1
             if outcome == "truncated":
@@ -135,20 +137,22 @@ class GameRunner:
                     env.close()
                 except Exception:
                     pass
-        return GameResult.of({
-            "game": spec,
-            "trajectories": [
-                PlayerTrajectory.of(
-                    {"player_id": i, "model": ref, "turns": turn_lists[i], "final_reward": rewards.get(i, 0.0), "info": infos[i]}
-                )
-                for i, ref in enumerate(seats)
-            ],
-            "rewards": rewards,
-            "outcome": outcome,
-            "error": error,
-            "num_turns": turns,
-            "duration_s": time.perf_counter() - start,
-        })
+        trajectories = [
+            {"player_id": i, "model": ref, "turns": turn_lists[i], "final_reward": rewards.get(i, 0.0), "info": infos[i]}
+            for i, ref in enumerate(seats)
+        ]
+        result = {"game": spec, "trajectories": trajectories, "rewards": rewards, "outcome": outcome, "error": error, "num_turns": turns}
+        try:
+            # one validation builds the result with its trajectories and their turns
+            return GameResult.of({**result, "duration_s": time.perf_counter() - start})
+        except ValidationError as exc:  # a component handed back a malformed value: the game fails
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in first["loc"])
+            return GameResult.of({
+                "game": spec, "trajectories": [{"player_id": i, "model": ref} for i, ref in enumerate(seats)],
+                "outcome": "failed", "error": f"ValidationError: {where}: {first['msg']}", "num_turns": turns,
+                "duration_s": time.perf_counter() - start,
+            })
 
 
 def _jsonable(info: Mapping[str, Any]) -> dict[str, Any]:
