@@ -66,9 +66,10 @@ class FormatTemplate:
 
     def __init__(self, fmt: str) -> None:
         self.fmt = fmt
+        self._parts = fmt.split("{observation}")
 
     def render(self, observation: str, tokenizer: Any = None) -> str:
-        return self.fmt.replace("{observation}", observation)
+        return observation.join(self._parts)
 
     def extract(self, completion: str) -> tuple[str, bool]:
         return extract_boxed_action(completion)

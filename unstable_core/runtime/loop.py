@@ -384,7 +384,8 @@ class Loop:
         async def worker() -> None:
             nonlocal played, last_yield
             for spec in it:
-                result = await self.play(spec)
+                result = await self.runner.play(spec)
+                self.ingest(result)
                 played += 1
                 if on_result is not None:
                     on_result(result)
