@@ -1,6 +1,6 @@
 """Games/s through the framework against a raw TextArena loop, same scripted agents, same process.
 
-    python bench/rollout.py [--games 400] [--quick]
+    python bench/rollout.py [--games 600] [--repeat 7] [--quick]
 
 "framework" is a real run with the default collection settings (Loop with the local executor,
 16 games in flight, textarena env provider, templates, scripted inference, wins rater, registry,
@@ -61,8 +61,8 @@ def framework_games_per_s(env_id: str, games: int, system) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--games", type=int, default=400)
-    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--games", type=int, default=600)
+    ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--quick", action="store_true", help="100 games, 1 repeat")
     args = ap.parse_args()
     if args.quick:
