@@ -55,8 +55,12 @@ def test_tournament_cli_writes_run_directory(cli, tmp_path):
         assert g["env_id"] in {"TicTacToe-v0-train", "KuhnPoker-v0-train"}
         assert [s["player_id"] for s in g["seats"]] == [0, 1] and all(s["uid"] for s in g["seats"])
         assert set(g["rewards"]) == {"0", "1"} and g["turns"]
-    evals = [r for r in read_jsonl(run_dir / "metrics.jsonl") if r["type"] == "eval"]
+    records = read_jsonl(run_dir / "metrics.jsonl")
+    evals = [r for r in records if r["type"] == "eval"]
     assert evals
+    assert not [r for r in records if r["type"] == "game"], "per-game records are opt-in (jsonl games = true)"
+    envs = [r for r in records if r["type"] == "summary"][-1]["envs"]["tournament"]
+    assert sum(e["games"] for e in envs.values()) == 50
     for r in evals:
         assert {"step", "env_id", "opponent", "games", "win_rate", "draw_rate", "loss_rate", "invalid_rate"} <= set(r)
         assert r["win_rate"] + r["draw_rate"] + r["loss_rate"] == pytest.approx(1.0)
