@@ -141,17 +141,19 @@ class GameRunner:
             {"player_id": i, "model": ref, "turns": turn_lists[i], "final_reward": rewards.get(i, 0.0), "info": infos[i]}
             for i, ref in enumerate(seats)
         ]
-        result = {"game": spec, "trajectories": trajectories, "rewards": rewards, "outcome": outcome, "error": error, "num_turns": turns}
+        result = {
+            "game": spec, "trajectories": trajectories, "rewards": rewards, "outcome": outcome, "error": error,
+            "num_turns": turns, "duration_s": time.perf_counter() - start,
+        }
         try:
             # one validation builds the result with its trajectories and their turns
-            return GameResult.of({**result, "duration_s": time.perf_counter() - start})
+            return GameResult.of(result)
         except ValidationError as exc:  # a component handed back a malformed value: the game fails
             first = exc.errors()[0]
             where = ".".join(str(part) for part in first["loc"])
             return GameResult.of({
-                "game": spec, "trajectories": [{"player_id": i, "model": ref} for i, ref in enumerate(seats)],
-                "outcome": "failed", "error": f"ValidationError: {where}: {first['msg']}", "num_turns": turns,
-                "duration_s": time.perf_counter() - start,
+                **result, "trajectories": [{"player_id": i, "model": ref} for i, ref in enumerate(seats)],
+                "rewards": {}, "outcome": "failed", "error": f"ValidationError: {where}: {first['msg']}",
             })
 
 
