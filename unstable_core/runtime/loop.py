@@ -32,6 +32,7 @@ from ..types import (
     Batch,
     BatchEndContext,
     CheckpointContext,
+    EnvSpec,
     GameEndContext,
     GameResult,
     GameSpec,
@@ -40,6 +41,7 @@ from ..types import (
     RunStartContext,
     ValidationEndContext,
     ValidationStartContext,
+    _trusted,
 )
 from .jsonio import json_line, write_json_atomic
 from .registry import ModelRegistry
@@ -285,9 +287,7 @@ class Loop:
         actors = max(1, min(env.num_actors, env.num_players))
         opponents = self.model_sampler.sample(env, anchor, env.num_players - actors, self.registry, rng)
         seats, positions = self._seat(env.num_players, anchor, actors, list(opponents), rng)
-        return GameSpec.of(
-            {"game_idx": idx, "seed": index_seed(self._game_seed_key, idx), "env": env, "seats": seats, "train_seats": positions, "mode": "train"}
-        )
+        return self._spec(idx, env, seats, positions, "train")
 
     def tournament_spec(self) -> GameSpec:
         idx = self._next_idx()
@@ -296,7 +296,21 @@ class Loop:
         anchor = rng.choice(self.registry.fixed())
         opponents = self.model_sampler.sample(env, anchor, env.num_players - 1, self.registry, rng)
         seats, _ = self._seat(env.num_players, anchor, 1, list(opponents), rng)
-        return GameSpec.of({"game_idx": idx, "seed": index_seed(self._game_seed_key, idx), "env": env, "seats": seats, "mode": "tournament"})
+        return self._spec(idx, env, seats, [], "tournament")
+
+    def _spec(self, idx: int, env: EnvSpec, seats: list[ModelRef], train_seats: list[int], mode: str) -> GameSpec:
+        data = {
+            "game_idx": idx, "seed": index_seed(self._game_seed_key, idx), "env": env, "seats": seats,
+            "train_seats": train_seats, "mode": mode, "eval_step": None,
+        }
+        # the samplers' env and seats are used as they are when they are the core's own types;
+        # anything else is validated
+        if type(env) is not EnvSpec:
+            return GameSpec.of(data)
+        for ref in seats:
+            if type(ref) is not ModelRef:
+                return GameSpec.of(data)
+        return _trusted(GameSpec, data)
 
     def eval_specs(self, step: int, model: ModelRef) -> list[GameSpec]:
         specs = []

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..types import GameResult, GameSpec, GenerationRequest
+from ..types import Completion, GameResult, GameSpec, GenerationRequest, PlayerTrajectory, Turn, _trusted
 
 
 def derive_seed(*parts: Any) -> int:
@@ -80,6 +80,7 @@ class GameRunner:
         outcome, error = "finished", None
         env = None
         turns = 0
+        exact = True  # every value from a component had its field's exact type
         try:
             # resolved once per game: the loop below runs for every turn of every game
             backends = [self.backends(ref.backend) for ref in seats]
@@ -98,15 +99,26 @@ class GameRunner:
                 if not 0 <= pid < n:
                     raise RuntimeError(f"environment asked player {pid} to act; the table has {n} seats")
                 prompt = render(observation, tokenizer=tokenizers[pid])
-                request = GenerationRequest.of({
+                request = {
                     "model": seats[pid], "prompt": prompt, "observation": observation, "env_id": env_id,
                     "player_id": pid, "seed": turn_seed(seed, turns),
-                })
+                }
+                # the env's and template's values are used as they are when their types are
+                # exact; anything else is validated (coerced, or the game fails naming the field)
+                if type(prompt) is str and type(observation) is str and type(pid) is int:
+                    request = _trusted(GenerationRequest, request)
+                else:
+                    request = GenerationRequest.of(request)
+                    exact = False
                 completion = await backends[pid].generate(request)
+                if not isinstance(completion, Completion):
+                    completion = Completion.model_validate(completion)
                 action, format_ok = extract(completion.text)
                 done, invalid = env.step(action)
+                if exact and not (type(action) is str and type(format_ok) is bool and type(invalid) is bool):
+                    exact = False
                 turn_lists[pid].append(
-                    {  # validated into a Turn with the whole result, below
+                    {  # becomes a Turn with the whole result, below
                         "player_id": pid,
                         "index": turns,
                         "observation": observation,
@@ -145,9 +157,14 @@ class GameRunner:
             "game": spec, "trajectories": trajectories, "rewards": rewards, "outcome": outcome, "error": error,
             "num_turns": turns, "duration_s": time.perf_counter() - start,
         }
+        if exact:
+            # every value is validated or of its field's exact type: build without validating again
+            for trajectory in trajectories:
+                trajectory["turns"] = [_trusted(Turn, t) for t in trajectory["turns"]]
+            result["trajectories"] = [_trusted(PlayerTrajectory, t) for t in trajectories]
+            return _trusted(GameResult, result)
         try:
-            # one validation builds the result with its trajectories and their turns
-            return GameResult.of(result)
+            return GameResult.of(result)  # one validation: the result with its trajectories and turns
         except ValidationError as exc:  # a component handed back a malformed value: the game fails
             first = exc.errors()[0]
             where = ".".join(str(part) for part in first["loc"])

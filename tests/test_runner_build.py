@@ -1,0 +1,159 @@
+"""The game runner builds its objects without validating again where every value already has its
+field's exact type (``types._trusted``); these tests check that what it builds equals what
+validation would build, and that any other value still goes through validation."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from unstable_core.builtin.env_textarena import TextArenaOptions, TextArenaProvider
+from unstable_core.builtin.inference_scripted import ScriptedInference
+from unstable_core.builtin.templates import FormatTemplate
+from unstable_core.runtime.runner import GameRunner
+from unstable_core.testing import sample_result
+from unstable_core.types import (
+    Completion,
+    EnvSpec,
+    GameResult,
+    GameSpec,
+    GenerationRequest,
+    ModelRef,
+    PlayerTrajectory,
+    Turn,
+    _trusted,
+)
+
+
+def _spec(env_id: str, agents: tuple[str, str], seed: int = 5) -> GameSpec:
+    seats = [ModelRef(uid=f"{a}-{i}", model=a) for i, a in enumerate(agents)]
+    return GameSpec(game_idx=0, seed=seed, env=EnvSpec(env_id=env_id), seats=seats)
+
+
+def _runner(template: FormatTemplate | None = None, backend=None) -> GameRunner:
+    template = template or FormatTemplate("{observation}")
+    backend = backend or ScriptedInference()
+    return GameRunner(TextArenaProvider(TextArenaOptions()), lambda n: template, lambda n: backend)
+
+
+def _assert_complete(obj) -> None:
+    """Every field is set, with the value validation keeps, recursively."""
+    cls = type(obj)
+    assert set(obj.__dict__) - {"outcomes"} == set(cls.model_fields), cls.__name__
+    assert obj.model_fields_set == set(cls.model_fields)
+
+
+@pytest.mark.parametrize(
+    "env_id,agents",
+    [
+        ("TicTacToe-v0", ("random-valid", "greedy")),
+        ("KuhnPoker-v0-train", ("random-valid", "first-valid")),
+        ("ConnectFour-v0", ("random-valid", "random-valid")),
+        ("TicTacToe-v0", ("garbage", "random-valid")),
+    ],
+)
+def test_runner_result_equals_its_validated_copy(env_id, agents):
+    for seed in range(4):
+        result = asyncio.run(_runner().play(_spec(env_id, agents, seed)))
+        # garbage can make TextArena raise (a 5,000-digit move): that game fails, and is built too
+        assert result.outcome == "finished" or (agents[0] == "garbage" and result.outcome == "failed")
+        again = GameResult.model_validate(result.model_dump())
+        assert again == result
+        assert again.model_dump() == result.model_dump()
+        _assert_complete(result)
+        for trajectory in result.trajectories:
+            assert type(trajectory) is PlayerTrajectory
+            _assert_complete(trajectory)
+            for turn in trajectory.turns:
+                assert type(turn) is Turn
+                _assert_complete(turn)
+                assert type(turn.format_ok) is bool and type(turn.invalid) is bool
+
+
+def test_a_coercible_component_value_is_validated_and_coerced():
+    class IntFormatTemplate(FormatTemplate):
+        def extract(self, completion):
+            action, ok = super().extract(completion)
+            return action, int(ok)  # 1/0: pydantic's bool coercion applies, as to any component value
+
+    result = asyncio.run(_runner(IntFormatTemplate("{observation}")).play(_spec("TicTacToe-v0", ("random-valid", "random-valid"))))
+    assert result.outcome == "finished"
+    turns = [t for tr in result.trajectories for t in tr.turns]
+    assert turns and all(type(t.format_ok) is bool and t.format_ok for t in turns)
+
+
+def test_a_non_string_prompt_fails_the_game_with_a_validation_error():
+    class ListPromptTemplate(FormatTemplate):
+        def render(self, observation, tokenizer=None):
+            return ["not", "a", "string"]
+
+    result = asyncio.run(_runner(ListPromptTemplate("{observation}")).play(_spec("TicTacToe-v0", ("random-valid", "random-valid"))))
+    assert result.outcome == "failed"
+    assert result.error.startswith("ValidationError") and "GenerationRequest" in result.error
+
+
+def test_a_backend_answering_a_dict_is_validated_into_a_completion():
+    class DictBackend(ScriptedInference):
+        async def generate(self, request: GenerationRequest):
+            return {"text": self.complete(request).text, "policy_version": "3"}  # a str version: coerced
+
+    class BrokenBackend(ScriptedInference):
+        async def generate(self, request: GenerationRequest):
+            return {"text": None}
+
+    ok = asyncio.run(_runner(backend=DictBackend()).play(_spec("TicTacToe-v0", ("random-valid", "random-valid"))))
+    assert ok.outcome == "finished"
+    assert all(t.policy_version == 3 for tr in ok.trajectories for t in tr.turns)
+    broken = asyncio.run(_runner(backend=BrokenBackend()).play(_spec("TicTacToe-v0", ("random-valid", "random-valid"))))
+    assert broken.outcome == "failed" and broken.error.startswith("ValidationError") and "Completion" in broken.error
+
+
+def test_trusted_builds_what_validation_builds():
+    data = {"text": "\\boxed{[3]}", "prompt_token_ids": [1, 2], "completion_token_ids": [3], "logprobs": [-0.5], "policy_version": 2}
+    built = _trusted(Completion, dict(data))
+    assert built == Completion(**data) and built.model_dump() == data
+    assert built.model_fields_set == set(data)
+    built.policy_version = 4  # an ordinary, mutable model
+    assert built.policy_version == 4 and built.model_dump()["policy_version"] == 4
+
+
+def test_outcomes_are_computed_once_and_stay_out_of_dumps_and_equality():
+    a = sample_result(rewards={0: 1.0, 1: -1.0})
+    b = GameResult.model_validate(a.model_dump())
+    assert a.outcomes == {0: "win", 1: "loss"}
+    assert a.outcomes is a.outcomes  # cached on the instance
+    assert "outcomes" not in a.model_dump() and a == b  # b has not computed its outcomes yet
+
+
+def test_scheduled_specs_equal_their_validated_copies(tmp_path, make_plugin_system):
+    from unstable_core.config import validate_config
+    from unstable_core.plugins import load_plugins
+    from unstable_core.runtime.loop import Loop
+    from unstable_core.testing import _ToyPlugin, toy_config
+
+    tournament = {
+        "name": "t", "train_envs": ["TicTacToe-v0-train"], "opponents": ["greedy", "random-valid"],
+        "model_sampler": {"name": "fixed"}, "trackers": [{"name": "jsonl"}],
+    }
+    specs = [Loop(validate_config(tournament), load_plugins(), tmp_path / "t").tournament_spec() for _ in range(3)]
+    train_loop = Loop(validate_config(toy_config()), make_plugin_system(_ToyPlugin()), tmp_path / "r")
+    specs += [train_loop.train_spec() for _ in range(3)]
+    assert {s.mode for s in specs} == {"tournament", "train"}
+    for spec in specs:
+        assert type(spec) is GameSpec
+        _assert_complete(spec)
+        assert GameSpec.model_validate(spec.model_dump()) == spec
+
+
+def test_a_sampler_answering_a_dict_seat_is_validated(tmp_path):
+    from unstable_core.config import validate_config
+    from unstable_core.plugins import load_plugins
+    from unstable_core.runtime.loop import Loop
+
+    cfg = {"name": "t", "train_envs": ["TicTacToe-v0-train"], "opponents": ["random-valid"], "model_sampler": {"name": "fixed"}}
+    loop = Loop(validate_config(cfg), load_plugins(), tmp_path / "t")
+    loop.model_sampler.sample = lambda env, anchor, n, registry, rng: [{"uid": "x", "model": "first-valid", "version": "2"}] * n
+    spec = loop.tournament_spec()
+    assert [type(s) for s in spec.seats] == [ModelRef, ModelRef]
+    assert {(s.uid, s.version) for s in spec.seats} == {("random-valid", 0), ("x", 2)}
