@@ -38,8 +38,8 @@ class Model(BaseModel):
     @classmethod
     def of(cls, data: dict[str, Any]) -> Self:
         """``cls(**data)``: the same validation and the same object, without ``BaseModel.__init__``'s
-        Python-level wrapper, which costs about 1 µs per object. For hot paths: the game runner
-        makes three objects for every turn of every game."""
+        Python-level wrapper, which costs about 1 µs per object. For code that builds many
+        objects from dicts, as the game runner does."""
         return cls.__pydantic_validator__.validate_python(data)
 
 

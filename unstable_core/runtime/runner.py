@@ -3,6 +3,10 @@
 observation -> template -> prompt -> inference (awaited, so a batching backend serves every game
 in flight together) -> completion -> extracted action -> env step. Any exception from the env or a
 backend fails that game with its reason; it never escapes.
+
+Each value a component hands back is checked once: one of its field's exact type is used as it is
+and the game's objects are built without validating again (``types._trusted``); any other value
+goes through pydantic validation, which coerces it or fails the game naming the field.
 """
 
 from __future__ import annotations
