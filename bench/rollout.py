@@ -2,9 +2,10 @@
 
     python bench/rollout.py [--games 600] [--repeat 7] [--quick]
 
-"framework" is a real run with the default collection settings (Loop with the local executor,
-16 games in flight, textarena env provider, templates, scripted inference, wins rater, registry,
-per-env totals, jsonl metrics, the default 10% sample of transcripts) playing a tournament between
+"framework" is a real run through the public API with the default collection settings (the
+driver over the league, rollout and buffer roles of the local executor, 16 games in flight,
+textarena env provider, templates, scripted inference, wins rater, registry, per-env totals,
+jsonl metrics, the default 10% sample of transcripts) playing a tournament between
 `random-valid` agents. "raw" is `ta.make`, `reset`, `get_observation`, the same agent function,
 `step`, `close` in a plain loop. Raw and framework runs alternate, and each side reports its
 best of `--repeat` runs (timing noise on a shared machine only ever slows a run down).
@@ -20,11 +21,9 @@ import time
 
 import textarena as ta
 
+import unstable_core
 from unstable_core.builtin.inference_scripted import agent_random_valid
 from unstable_core.builtin.templates import extract_boxed_action
-from unstable_core.config import validate_config
-from unstable_core.plugins import load_plugins
-from unstable_core.runtime.loop import Loop
 
 TARGET = 0.7
 
@@ -46,16 +45,16 @@ def raw_games_per_s(env_id: str, games: int) -> float:
 
 
 def framework_games_per_s(env_id: str, games: int, system) -> float:
-    cfg = validate_config({
+    cfg = {
         "name": "bench", "train_envs": [env_id], "opponents": ["random-valid", {"uid": "rv2", "model": "random-valid"}],
         "model_sampler": {"name": "fixed"},
         "collection": {"tournament_games": games, "num_train_games": 16},
         "trackers": [{"name": "jsonl"}],
-    })
+    }
     with tempfile.TemporaryDirectory() as d:
-        loop = Loop(cfg, system, d)
+        job = unstable_core.build(cfg, run_dir=d, plugins=system)  # config checks: not timed
         t = time.perf_counter()
-        loop.executor.run(loop)
+        job.start()
         return games / (time.perf_counter() - t)
 
 
@@ -67,7 +66,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.quick:
         args.games, args.repeat = 100, 1
-    system = load_plugins()
+    system = unstable_core.load_plugins()
     print(f"{'env':<22} {'raw games/s':>12} {'framework games/s':>18} {'ratio':>7}")
     print("-" * 62)
     ratios = []

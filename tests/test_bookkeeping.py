@@ -8,8 +8,9 @@ import pytest
 from rich.console import Console
 
 from unstable_core.builtin.trackers import ConsoleOptions, ConsoleTracker
+from unstable_core.records import SummaryRecord, TrainRecord
 from unstable_core.runtime.jsonio import json_line
-from unstable_core.runtime.loop import CollectionStats, anchor_seat
+from unstable_core.runtime.stats import CollectionStats, anchor_seat
 from unstable_core.runtime.runner import derive_seed, index_seed, unit_hash
 from unstable_core.testing import sample_result
 from unstable_core.types import Completion, GameResult, ModelRef, Turn
@@ -99,11 +100,10 @@ def test_json_line_is_one_json_object_a_line():
 
 def test_console_shows_per_env_rates_from_summaries():
     tracker = ConsoleTracker(ConsoleOptions(live=False))
-    tracker.log({"type": "summary", "games": 12, "games_per_s": 4.0, "failed": 1, "buffer_size": 3,
-                 "buffer_capacity": 8, "envs": {"train": {"TicTacToe-v0": {
-                     "games": 12, "failed": 1, "win_rate": 0.5, "draw_rate": 0.25, "loss_rate": 0.25,
-                     "invalid_rate": 0.125, "mean_turns": 7.0}}}})
-    tracker.log({"type": "train", "step": 5})
+    tracker.log(SummaryRecord(games=12, games_per_s=4.0, failed=1, buffer_size=3, buffer_capacity=8, envs={"train": {
+        "TicTacToe-v0": {"games": 12, "failed": 1, "win_rate": 0.5, "draw_rate": 0.25, "loss_rate": 0.25,
+                         "invalid_rate": 0.125, "mean_turns": 7.0}}}))
+    tracker.log(TrainRecord(step=5, staleness_mean=0.0, staleness_max=0.0, batch_steps=8.0))
     out = Console(record=True, width=200)
     out.print(tracker._table())
     text = out.export_text()

@@ -125,39 +125,76 @@ def test_random_sampler_mixes_fixed_and_checkpoints():
 
 def test_step_buffer_evicts_and_draws_without_replacement():
     rp = RewardPipelines(final=[lambda r, e: {k: v * 10 for k, v in r.items()}])
-    b = buffers.StepBuffer(buffers.BufferOptions(capacity=6), rp, random.Random(0))
+    b = buffers.StepBuffer(buffers.BufferOptions(capacity=6), random.Random(0))
     for i in range(5):
-        assert b.add(sample_result(train_seats=[0, 1])) == 2
+        assert b.add(rp.episodes(sample_result(train_seats=[0, 1]))) == 2
     assert b.size() == 6 and b.evicted == 4
-    batch = b.draw(4, learner_version=3)
-    assert len(batch.steps) == 4 and batch.learner_version == 3 and b.size() == 2
-    assert sorted({s.reward for s in batch.steps}) <= [-10.0, 10.0]
-    assert len(b.draw(10, 3).steps) == 2 and b.size() == 0
+    steps = b.draw(4)
+    assert len(steps) == 4 and b.size() == 2
+    assert sorted({s.reward for s in steps}) <= [-10.0, 10.0]
+    assert len(b.draw(10)) == 2 and b.size() == 0
 
 
-def test_buffer_skips_failed_games():
-    b = buffers.StepBuffer(buffers.BufferOptions(), RewardPipelines(), random.Random(0))
+def test_failed_games_give_no_steps():
     r = sample_result()
     r.outcome = "failed"
-    assert b.add(r) == 0
+    assert RewardPipelines().episodes(r) == []
+    assert RewardPipelines().episodes(sample_result(train_seats=[])) == []
 
 
 def test_episode_buffer_keeps_episodes_whole():
-    b = buffers.EpisodeBuffer(buffers.BufferOptions(capacity=100), RewardPipelines(), random.Random(0))
+    b = buffers.EpisodeBuffer(buffers.BufferOptions(capacity=100), random.Random(0))
     for _ in range(3):
-        b.add(sample_result(train_seats=[0, 1]))
-    batch = b.draw(3, 0)
-    assert len(batch.steps) == 3 or len(batch.steps) == 4
-    assert b.size() == 6 - len(batch.steps)
+        b.add(RewardPipelines().episodes(sample_result(train_seats=[0, 1])))
+    steps = b.draw(3)
+    assert len(steps) == 3 or len(steps) == 4
+    assert b.size() == 6 - len(steps)
 
 
-def test_sampling_transforms_apply_on_draw():
-    seen = []
-    rp = RewardPipelines(sampling=[lambda steps: seen.append(len(steps)) or steps])
-    b = buffers.StepBuffer(buffers.BufferOptions(), rp, random.Random(0))
-    b.add(sample_result(train_seats=[0, 1]))
-    b.draw(2, 0)
-    assert seen == [2]
+class ForgetfulBuffer:
+    """A third-party buffer that knows nothing of rewards: the core applies the transforms."""
+
+    capacity = 100
+
+    def __init__(self):
+        self.steps = []
+
+    def add(self, episodes):
+        self.steps += [s for e in episodes for s in e]
+        return sum(map(len, episodes))
+
+    def size(self):
+        return len(self.steps)
+
+    def draw(self, n):
+        out, self.steps = self.steps[:n], self.steps[n:]
+        return out
+
+
+def test_the_core_applies_final_step_and_sampling_transforms_around_any_buffer(make_plugin_system, tmp_path):
+    import asyncio
+
+    import unstable_core
+    from unstable_core import BufferSpec, hookimpl
+    from unstable_core.runtime.roles import build_role
+    from unstable_core.testing import toy_config, toy_plugin
+
+    class Plugin:
+        @hookimpl
+        def unstable_buffers(self):
+            return [BufferSpec(name="forgetful", summary="Stores what it is given", factory=lambda o, ctx: ForgetfulBuffer())]
+
+    system = make_plugin_system(toy_plugin, Plugin())
+    cfg = toy_config(buffer={"name": "forgetful"}, reward={
+        "final": [{"name": "win-draw-loss"}], "step": [{"name": "penalty-for-invalid-move", "reward": 0.5, "penalty": -1.0}],
+        "sampling": [{"name": "normalize"}]})
+    role = build_role("buffer", unstable_core.build(cfg, run_dir=tmp_path / "r", plugins=system).plan, system)
+    win = sample_result(rewards={0: 3.0, 1: -2.0}, train_seats=[0, 1])
+    assert asyncio.run(role.add([win])) == 2
+    assert sorted(s.final_reward for s in role.buffer.steps) == [-1.0, 1.0]  # final: win-draw-loss
+    assert sorted(s.reward for s in role.buffer.steps) == [-0.5, 1.5]  # step: +0.5 for a valid move
+    batch = asyncio.run(role.draw(2, learner_version=3))
+    assert batch.learner_version == 3 and sorted(round(s.reward, 6) for s in batch.steps) == [-1.0, 1.0]  # sampling
 
 
 def test_registry_counts_pairs_and_snapshot(tmp_path):
@@ -168,8 +205,8 @@ def test_registry_counts_pairs_and_snapshot(tmp_path):
     e = reg.get("ckpt-1")
     assert (e.games, e.wins, e.draws, e.losses) == (2, 1, 1, 0)
     assert reg.match_count("greedy", "ckpt-1") == 2
-    pair = reg.pairs[reg.pair_key("ckpt-1", "greedy")]
-    assert pair == {"games": 2, "draws": 1, "ckpt-1": 1, "greedy": 0}
+    assert reg.head_to_head("ckpt-1", "greedy") == (1, 1, 0)
+    assert reg.head_to_head("greedy", "ckpt-1") == (0, 1, 1)
     reg.write(tmp_path / "r.json")
     import json
 

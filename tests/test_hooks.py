@@ -6,10 +6,9 @@ from pathlib import Path
 import click
 import pytest
 
+import unstable_core
 from unstable_core import hookimpl, hookspecs
 from unstable_core.components import KINDS
-from unstable_core.config import validate_config
-from unstable_core.runtime.loop import Loop
 from unstable_core.testing import toy_config, toy_plugin
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "hooks.md"
@@ -56,8 +55,7 @@ def test_every_hook_spec_is_called(make_plugin_system, tmp_path):
         setattr(plugin, name, make())
 
     system = make_plugin_system(toy_plugin, plugin)
-    loop = Loop(validate_config(toy_config(training={"learning_steps": 2, "batch_size": 8, "eval_every": 1})), system, tmp_path / "r")
-    loop.executor.run(loop)
+    unstable_core.run(toy_config(training={"learning_steps": 2, "batch_size": 8, "eval_every": 1}), run_dir=tmp_path / "r", plugins=system)
     group = click.Group()
     for impl in system.pm.hook.unstable_register_commands.get_hookimpls():
         system.call_impl("unstable_register_commands", impl, cli=group)

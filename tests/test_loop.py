@@ -10,9 +10,8 @@ from collections import Counter
 
 import pytest
 
+import unstable_core
 from unstable_core import hookimpl
-from unstable_core.config import validate_config
-from unstable_core.runtime.loop import Loop
 from unstable_core.testing import toy_config
 
 
@@ -21,9 +20,9 @@ def read_jsonl(path):
 
 
 def run_loop(system, cfg_dict, run_dir):
-    loop = Loop(validate_config(cfg_dict), system, run_dir)
-    end = loop.executor.run(loop)
-    return loop, end
+    """Run a config through the Python API; return (the run, its result)."""
+    job = unstable_core.build(cfg_dict, run_dir=run_dir, plugins=system)
+    return job, job.start()
 
 
 def tournament_cfg(**kw):
@@ -71,7 +70,8 @@ def test_tournament_cli_writes_run_directory(cli, tmp_path):
 def test_garbage_seat_1000_games_no_crash_every_failure_counted(make_plugin_system, tmp_path):
     cfg = tournament_cfg(
         opponents=["garbage", "random-valid"],
-        collection={"tournament_games": 1000, "num_train_games": 16, "transcripts": 0.05},
+        # the cap on action length is lifted so that the 5000-digit answer reaches TextArena
+        collection={"tournament_games": 1000, "num_train_games": 16, "transcripts": 0.05, "max_action_chars": 10_000},
         trackers=[{"name": "jsonl", "games": True}],
     )
     loop, end = run_loop(make_plugin_system(), cfg, tmp_path / "run")
@@ -170,10 +170,10 @@ def test_toy_training_learns_and_calls_every_lifecycle_hook(make_plugin_system, 
     rec = Recorder()
     system = make_plugin_system(toy_plugin, rec)
     loop, end = run_loop(system, toy_config(training={"learning_steps": 12, "batch_size": 16, "eval_every": 4, "save_every": 3}), tmp_path / "run")
-    assert end.status == "completed" and loop.learner.version == 12  # exactly N updates
+    assert end.status == "completed" and loop.roles.learner.learner.version == 12  # exactly N updates
     assert rec.batch_steps == list(range(1, 13))
     assert [c.version for c in rec.checkpoints] == [3, 6, 9, 12]
-    assert loop.registry.current.uid == "ckpt-12"
+    assert loop.roles.league.registry.current.uid == "ckpt-12"
     assert rec.calls["unstable_run_start"] == rec.calls["unstable_run_end"] == 1
     assert rec.calls["unstable_game_end"] == end.games_played
     # evaluation before training, at 4 and 8, and at the end (12)
@@ -182,7 +182,7 @@ def test_toy_training_learns_and_calls_every_lifecycle_hook(make_plugin_system, 
     assert rec.calls["unstable_validation_start"] == rec.calls["unstable_validation_end"] == 4
     assert evals[-1]["win_rate"] >= evals[0]["win_rate"] + 0.3  # learning visibly happened
     # the filter drops zero-advantage steps (draws) before the learner sees them
-    assert all(s.reward != 0 for b in loop.learner.batches for s in b.steps)
+    assert all(s.reward != 0 for b in loop.roles.learner.learner.batches for s in b.steps)
     trains = [r for r in read_jsonl(tmp_path / "run" / "metrics.jsonl") if r["type"] == "train"]
     assert len(trains) == 12 and sum(r["dropped"] for r in trains) > 0
     assert all(r["staleness_mean"] >= 0 for r in trains)
@@ -202,32 +202,42 @@ def test_validation_veto_skips_rounds(make_plugin_system, tmp_path):
 def test_backpressure_pauses_and_resumes_collection(make_plugin_system, tmp_path):
     import asyncio
 
+    from unstable_core.builtin.executor_local import LocalExecutor
+    from unstable_core.runtime.driver import Driver
+    from unstable_core.runtime.output import RunOutput, prepare_run_dir
+
     from unstable_core.testing import toy_plugin
 
+    system = make_plugin_system(toy_plugin)
     cfg = toy_config(buffer={"name": "step", "capacity": 20}, collection={"num_train_games": 4})
-    loop = Loop(validate_config(cfg), make_plugin_system(toy_plugin), tmp_path / "r")
+    plan = unstable_core.build(cfg, run_dir=tmp_path / "r", plugins=system).plan
+    prepare_run_dir(plan.run_dir)
+    roles = LocalExecutor(system).start(plan)
+    driver = Driver(plan, roles, RunOutput(plan, system), system)
+    league, buffer = roles.league, roles.buffer
 
     async def turns(n):  # let the event loop run n scheduling rounds (no wall-clock sleeping)
         for _ in range(n):
             await asyncio.sleep(0)
 
     async def scenario():
-        task = asyncio.ensure_future(loop.collect())
+        driver.capacity = await buffer.capacity()
+        task = asyncio.ensure_future(driver.lanes(4, driver.next_train_specs))
         await turns(500)
-        assert loop.buffer.size() >= 20
-        started = loop.game_idx
+        assert await buffer.size() >= 20
+        started = league.game_idx
         await turns(500)
-        assert loop.game_idx == started, "collection went on while the buffer was full"
-        loop.buffer.draw(20, 0)
-        loop._drained.set()
+        assert league.game_idx == started, "collection went on while the buffer was full"
+        await buffer.draw(20, 0)
+        driver.drained.set()
         await turns(50)
-        assert loop.game_idx > started, "collection did not resume after the buffer drained"
-        loop._stop = True
-        loop._drained.set()
+        assert league.game_idx > started, "collection did not resume after the buffer drained"
+        driver.stopping = True
+        driver.drained.set()
         await task
 
     asyncio.run(scenario())
-    assert loop.buffer.evicted <= 4 * 2  # at most the games already in flight overflow
+    assert buffer.buffer.evicted <= 4 * 2  # at most the games already in flight overflow
 
 
 def test_no_filter_option_keeps_zero_advantage(make_plugin_system, tmp_path):
@@ -235,7 +245,7 @@ def test_no_filter_option_keeps_zero_advantage(make_plugin_system, tmp_path):
 
     cfg = toy_config(training={"learning_steps": 3, "batch_size": 32, "filter_zero_advantage": False}, opponents=[])
     loop, _ = run_loop(make_plugin_system(toy_plugin), cfg, tmp_path / "r")
-    assert any(s.reward == 0 for b in loop.learner.batches for s in b.steps)
+    assert any(s.reward == 0 for b in loop.roles.learner.learner.batches for s in b.steps)
 
 
 def test_env_exception_fails_game_with_reason(make_plugin_system, tmp_path):

@@ -126,19 +126,25 @@ def test_outcomes_are_computed_once_and_stay_out_of_dumps_and_equality():
     assert "outcomes" not in a.model_dump() and a == b  # b has not computed its outcomes yet
 
 
+def _league(cfg, plugins, run_dir):
+    import unstable_core
+    from unstable_core.runtime.roles import build_role
+
+    return build_role("league", unstable_core.build(cfg, run_dir=run_dir, plugins=plugins).plan, plugins)
+
+
 def test_scheduled_specs_equal_their_validated_copies(tmp_path, make_plugin_system):
-    from unstable_core.config import validate_config
+    import asyncio
+
     from unstable_core.plugins import load_plugins
-    from unstable_core.runtime.loop import Loop
     from unstable_core.testing import _ToyPlugin, toy_config
 
     tournament = {
         "name": "t", "train_envs": ["TicTacToe-v0-train"], "opponents": ["greedy", "random-valid"],
         "model_sampler": {"name": "fixed"}, "trackers": [{"name": "jsonl"}],
     }
-    specs = [Loop(validate_config(tournament), load_plugins(), tmp_path / "t").tournament_spec() for _ in range(3)]
-    train_loop = Loop(validate_config(toy_config()), make_plugin_system(_ToyPlugin()), tmp_path / "r")
-    specs += [train_loop.train_spec() for _ in range(3)]
+    specs = asyncio.run(_league(tournament, load_plugins(), tmp_path / "t").schedule(3, "tournament"))
+    specs += asyncio.run(_league(toy_config(), make_plugin_system(_ToyPlugin()), tmp_path / "r").schedule(3, "train"))
     assert {s.mode for s in specs} == {"tournament", "train"}
     for spec in specs:
         assert type(spec) is GameSpec
@@ -146,14 +152,14 @@ def test_scheduled_specs_equal_their_validated_copies(tmp_path, make_plugin_syst
         assert GameSpec.model_validate(spec.model_dump()) == spec
 
 
-def test_a_sampler_answering_a_dict_seat_is_validated(tmp_path):
-    from unstable_core.config import validate_config
+def test_a_sampler_answering_a_dict_seat_fails_naming_the_sampler(tmp_path):
+    import asyncio
+
+    from unstable_core import ComponentError
     from unstable_core.plugins import load_plugins
-    from unstable_core.runtime.loop import Loop
 
     cfg = {"name": "t", "train_envs": ["TicTacToe-v0-train"], "opponents": ["random-valid"], "model_sampler": {"name": "fixed"}}
-    loop = Loop(validate_config(cfg), load_plugins(), tmp_path / "t")
-    loop.model_sampler.sample = lambda env, anchor, n, registry, rng: [{"uid": "x", "model": "first-valid", "version": "2"}] * n
-    spec = loop.tournament_spec()
-    assert [type(s) for s in spec.seats] == [ModelRef, ModelRef]
-    assert {(s.uid, s.version) for s in spec.seats} == {("random-valid", 0), ("x", 2)}
+    league = _league(cfg, load_plugins(), tmp_path / "t")
+    league.model_sampler.sample = lambda env, anchor, n, registry, rng: [{"uid": "x", "model": "first-valid"}] * n
+    with pytest.raises(ComponentError, match="model_sampler 'fixed' from plugin 'core.samplers'.*expected a ModelRef"):
+        asyncio.run(league.schedule(1, "tournament"))

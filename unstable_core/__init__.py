@@ -32,11 +32,21 @@ _LAZY = {
         "ModelSampler", "Rater", "Buffer", "Learner", "Inference", "Executor", "Tracker", "Template",
         "FinalRewardTransform", "StepRewardTransform", "SamplingRewardTransform",
     )},
-    **{n: "errors" for n in ("UnstableError", "ConfigError", "PluginError", "UnknownComponentError")},
+    **{n: "errors" for n in (
+        "UnstableError", "ConfigError", "PluginError", "UnknownComponentError", "ComponentError", "RunFailed",
+        "RunInterrupted",
+    )},
     **{n: "plugins" for n in ("PluginSystem", "PluginRecord", "load_plugins", "get_plugin_system")},
     **{n: "config" for n in ("RunConfig", "load_config", "validate_config", "ComponentChoice")},
-    "ModelRegistry": "runtime.registry",
-    "Loop": "runtime.loop",
+    **{n: "records" for n in (
+        "Record", "TrainRecord", "EvalRecord", "EvalSkippedRecord", "SummaryRecord", "RatingsRecord", "GameRecord", "EnvTotals",
+    )},
+    # running: the Python API, plans and roles for executors
+    **{n: "api" for n in ("run", "build", "Run", "RunResult")},
+    **{n: "runtime.plan" for n in ("build_component", "RunPlan", "Recipe")},
+    **{n: "runtime.driver" for n in ("RoleHandles",)},
+    **{n: "runtime.roles" for n in ("build_role",)},
+    **{n: "runtime.registry" for n in ("ModelRegistry", "ModelEntry", "checkpoint_ref")},
 }
 
 __all__ = ["__version__", "hookimpl", *_LAZY]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -43,49 +42,39 @@ def cli() -> None:
 # -- run ----------------------------------------------------------------------------------------
 
 
-def default_run_dir(name: str) -> str:
-    return str(Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}")
-
-
-def make_loop(config_path: str, overrides: tuple[str, ...] = (), run_dir: str | None = None) -> Any:
-    """Load and validate a config, then build every component of its run."""
-    from .config import load_config
-    from .runtime.loop import Loop
-
-    cfg = load_config(config_path, overrides)
-    return Loop(cfg, _system(), run_dir or cfg.run_dir or default_run_dir(cfg.name), source=config_path)
-
-
 @cli.command()
 @click.argument("config", type=click.Path(dir_okay=False))
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a config key (repeatable).")
 @click.option("--run-dir", type=click.Path(file_okay=False), default=None, help="Run directory (default runs/NAME-TIME).")
 def run(config: str, overrides: tuple[str, ...], run_dir: str | None) -> None:
     """Run a config: train, or without a learner play a tournament."""
-    loop = make_loop(config, overrides, run_dir)
-    click.echo(f"run directory: {loop.run_dir}", err=True)
+    from .api import build
+    from .errors import RunInterrupted
+
+    job = build(config, run_dir=run_dir, overrides=overrides, plugins=_system())
+    click.echo(f"run directory: {job.run_dir}", err=True)
     try:
-        end = loop.executor.run(loop)
-    except KeyboardInterrupt:
-        click.echo(f"interrupted; everything so far is in {loop.run_dir}", err=True)
-        sys.exit(130)
-    _print_results(loop)
-    click.echo(f"{end.status}: {end.games_played} games, {end.learner_steps} learner steps -> {loop.run_dir}", err=True)
+        result = job.start()
+    except RunInterrupted as exc:
+        click.echo(f"{exc}; everything so far is in {job.run_dir}", err=True)
+        sys.exit(exc.exit_code)
+    _print_results(result.eval_records)
+    click.echo(f"{result.status}: {result.games_played} games, {result.learner_steps} learner steps -> {job.run_dir}", err=True)
 
 
-def _print_results(loop: Any) -> None:
+def _print_results(records: list[Any]) -> None:
     from rich.table import Table
 
-    if not loop.eval_records:
+    if not records:
         return
-    last = max(r["step"] for r in loop.eval_records)
+    last = max(r.step for r in records)
     t = Table(title=f"evaluation (step {last})")
     for col in ("env", "model", "opponent", "games", "win", "draw", "loss", "invalid"):
         t.add_column(col)
-    for r in loop.eval_records:
-        if r["step"] == last:
-            t.add_row(r["env_id"], r["model"], r["opponent"], str(r["games"]),
-                      *(f"{r[k]:.2f}" for k in ("win_rate", "draw_rate", "loss_rate", "invalid_rate")))
+    for r in records:
+        if r.step == last:
+            t.add_row(r.env_id, r.model, r.opponent, str(r.games),
+                      *(f"{v:.2f}" for v in (r.win_rate, r.draw_rate, r.loss_rate, r.invalid_rate)))
     _console().print(t)
 
 
@@ -224,10 +213,11 @@ def config_schema() -> None:
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a config key (repeatable).")
 def config_check(file: str, overrides: tuple[str, ...]) -> None:
     """Validate a config and every chosen component's options; exit 2 on any problem."""
-    from .config import load_config, resolve_components
+    from .config import load_config
+    from .runtime.plan import check_run
 
     cfg = load_config(file, overrides)
-    resolved = resolve_components(cfg, _system(), file)
+    resolved = check_run(cfg, _system(), file)
     click.echo(f"{file}: ok ({len(resolved)} components: " + ", ".join(f"{k}={s.name}" for k, (s, _) in resolved.items()) + ")")
 
 
@@ -257,11 +247,9 @@ def envs() -> None:
 @click.option("--provider", default="textarena", show_default=True, help="Env provider component.")
 def envs_list(provider: str) -> None:
     """List environment ids known to work offline here."""
-    from .components import BuildContext
-    from .config import validate_options
+    from .runtime.plan import build_component
 
-    spec = _system().get("env", provider)
-    env = spec.factory(validate_options(spec, {}, "envs list", "env"), BuildContext())
+    env = build_component("env", provider, plugins=_system())
     for env_id in env.known_env_ids():
         click.echo(env_id)
 
@@ -274,7 +262,9 @@ def _register_plugin_commands() -> None:
     for impl in system.pm.hook.unstable_register_commands.get_hookimpls():
         try:
             system.call_impl("unstable_register_commands", impl, cli=cli)
-        except Exception as exc:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:
             system.fail(impl.plugin_name, exc, "hook unstable_register_commands raised")
 
 

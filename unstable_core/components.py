@@ -41,14 +41,14 @@ class NoOptions(BaseModel):
 
 
 class BuildContext:
-    """What a factory may use besides its own options.
+    """What a factory may use besides its own options. It is made in the process where the
+    component runs (the driver, or a role's worker), so it holds nothing that crosses processes.
 
-    Attributes: ``run_dir`` (str or None), ``seed`` (the run seed), ``rng`` (a ``random.Random``
-    derived from it for this component), ``registry`` (the model registry, None outside a run),
-    ``config`` (the resolved run config as a dict), ``hook`` (the plugin manager's hook relay) and
-    ``build`` (``build(kind, name, options)`` builds another component), ``rewards`` (the run's
-    ``RewardPipelines``: buffers call its ``final``, ``step`` and ``sampling`` methods) and
-    ``extras`` (anything an executor wants to hand its components).
+    Attributes: ``run_dir`` (str or None), ``seed`` (this component's seed, derived from the run
+    seed and its config key), ``rng`` (a ``random.Random`` seeded with it), ``config`` (the
+    resolved run config as a dict), ``model`` (the ``ModelRef`` of the model being trained, or
+    None), ``plugins`` (the process's ``PluginSystem``), ``build(kind, name, options)`` (builds
+    another component in the same process) and ``extras`` (anything an executor hands over).
     """
 
     def __init__(
@@ -56,29 +56,28 @@ class BuildContext:
         *,
         run_dir: str | None = None,
         seed: int = 0,
-        registry: Any = None,
         config: Mapping[str, Any] | None = None,
-        hook: Any = None,
+        model: ModelRef | None = None,
+        plugins: Any = None,
         build: Callable[..., Any] | None = None,
-        rewards: Any = None,
         subscribe: Callable[[Any], None] | None = None,
         extras: Mapping[str, Any] | None = None,
     ) -> None:
         self.run_dir = run_dir
         self.seed = seed
         self.rng = random.Random(seed)
-        self.registry = registry
         self.config = dict(config or {})
-        self.hook = hook
+        self.model = model
+        self.plugins = plugins
         self.build = build
-        self.rewards = rewards
         self._subscribe = subscribe
         self.extras = dict(extras or {})
 
     def subscribe(self, component: Any) -> None:
-        """Register a component as a plugin for this run, so that its ``@hookimpl`` methods
-        (``unstable_game_end(self, ctx)``, ...) receive lifecycle hooks. Unregistered when the
-        run ends. Outside a run (no loop) this does nothing."""
+        """Let a component receive the lifecycle events of the role it runs in: its
+        ``@hookimpl`` methods (``unstable_game_end(self, ctx)``, ``unstable_checkpoint_saved``)
+        are called by that role (the league sees every finished game and every checkpoint),
+        wherever the role runs. Outside a run this does nothing."""
         if self._subscribe is not None:
             self._subscribe(component)
 
@@ -112,6 +111,11 @@ class ComponentSpec(BaseModel):
 
 class EnvProviderSpec(ComponentSpec):
     kind: ClassVar[str] = "env"
+    check_env: Callable[[EnvSpec, BaseModel], None] | None = Field(
+        None,
+        description="check_env(env, options): raise ValueError for an environment (id, players, kwargs) the provider "
+        "cannot make; called by `unstable config check` and before a run starts.",
+    )
 
 
 class EnvSamplerSpec(ComponentSpec):
@@ -137,10 +141,24 @@ class BufferSpec(ComponentSpec):
 
 class LearnerSpec(ComponentSpec):
     kind: ClassVar[str] = "learner"
+    blocking: bool = Field(
+        False, description="update() is long synchronous work: the learner role runs it in a worker thread so games go on."
+    )
+    drop_zero_advantage: bool = Field(
+        False,
+        description="Steps whose reward (advantage) is exactly zero carry no gradient for this learner: drop them "
+        "before update (REINFORCE). An actor-critic learner needs them (False). `training.filter_zero_advantage` overrides.",
+    )
 
 
 class InferenceSpec(ComponentSpec):
     kind: ClassVar[str] = "inference"
+    check_model: Callable[[ModelRef], None] | None = Field(
+        None, description="check_model(ref): raise ValueError for a model this backend cannot serve (checked before a run)."
+    )
+    model_options: type[BaseModel] = Field(
+        NoOptions, description="Pydantic model of the per-model `options` of a model or opponent served by this backend."
+    )
 
 
 class ExecutorSpec(ComponentSpec):
@@ -248,23 +266,27 @@ class SamplingRewardTransform(Protocol):
 
 @runtime_checkable
 class Buffer(Protocol):
+    """Stores steps whose final and step reward transforms the core has already applied; the
+    core applies the sampling transforms to what ``draw`` returns."""
+
     capacity: int
 
-    def add(self, result: GameResult) -> int:
-        """Add the trained seats of a finished game; return how many steps were stored."""
+    def add(self, episodes: list[list[Step]]) -> int:
+        """Store one game's trained seats, one list of steps (in turn order) per seat; return how
+        many steps were stored."""
         ...
 
     def size(self) -> int: ...
 
-    def draw(self, n: int, learner_version: int) -> Batch:
-        """Remove and return about n steps (without replacement), sampling transforms applied."""
+    def draw(self, n: int) -> list[Step]:
+        """Remove and return about n steps (without replacement)."""
         ...
 
 
 @runtime_checkable
 class Learner(Protocol):
-    """``version`` counts updates made. A learner that sets ``blocking = True`` is trained in a
-    worker thread by the local executor, so games keep being played during an update."""
+    """``version`` counts updates made. Capabilities (``blocking``, ``drop_zero_advantage``) are
+    declared on the ``LearnerSpec`` record."""
 
     version: int
 
@@ -279,15 +301,17 @@ class Learner(Protocol):
 
 @runtime_checkable
 class Inference(Protocol):
-    """Optional extras a backend may offer: ``tokenizer`` (templates use its chat template) and
-    ``check_model(ref)`` (raise ValueError for a model it cannot serve; called before a run)."""
+    """``tokenizer`` is the tokenizer whose chat template templates may use, or None."""
+
+    tokenizer: Any
 
     async def generate(self, request: GenerationRequest) -> Completion:
         """Complete one prompt. Backends batch concurrent calls themselves."""
         ...
 
-    def load_checkpoint(self, checkpoint: Checkpoint) -> None:
-        """Make a new checkpoint servable (no-op for backends without weights)."""
+    def load_checkpoint(self, checkpoint: Checkpoint) -> int:
+        """Make a new checkpoint servable and return the policy version now served for it
+        (``checkpoint.version``); the driver checks it before any game uses the checkpoint."""
         ...
 
     def close(self) -> None: ...
@@ -295,18 +319,27 @@ class Inference(Protocol):
 
 @runtime_checkable
 class Executor(Protocol):
-    def run(self, loop: Any) -> Any:
-        """Run the loop's stages (collect, ingest, train) to completion."""
+    """Placement only: where the roles of a run live. The driver holds the control flow."""
+
+    def start(self, plan: Any) -> Any:
+        """Build the roles of ``plan`` (a ``RunPlan``) where they run; return their handles
+        (a ``RoleHandles``). Each handle's methods are awaited by the driver."""
+        ...
+
+    def shutdown(self) -> None:
+        """Release every role (close backends, stop actors). Called once, also after a failure."""
         ...
 
 
 @runtime_checkable
 class Tracker(Protocol):
-    """Receives the run's metrics records. A tracker that also wants one ``game`` record per game
-    sets an attribute ``wants_game_records = True`` (the loop builds them only then)."""
+    """Receives the run's metrics records (``unstable_core.records``). ``wants_game_records``:
+    whether it also wants one ``GameRecord`` per game (the driver builds them only then)."""
 
-    def log(self, record: dict[str, Any]) -> None:
-        """Record one metrics record (has a 'type' key)."""
+    wants_game_records: bool
+
+    def log(self, record: Any) -> None:
+        """Record one metrics record (a pydantic model from ``unstable_core.records``)."""
         ...
 
     def close(self) -> None: ...

@@ -46,18 +46,26 @@ class ComponentChoice(BaseModel):
         return dict(self.model_extra or {})
 
 
+MAX_NESTING = 64  # tables and lists in a config or an override nest at most this deep
+MAX_IN_FLIGHT = 65_536
+
+
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class CollectionConfig(Section):
-    num_train_games: int = Field(8, ge=0, description="Training games kept in flight.")
-    num_eval_games: int = Field(4, ge=0, description="Evaluation games kept in flight.")
+    num_train_games: int = Field(8, ge=1, le=MAX_IN_FLIGHT, description="Training (or tournament) games kept in flight.")
+    num_eval_games: int = Field(4, ge=1, le=MAX_IN_FLIGHT, description="Evaluation games kept in flight.")
     eval_games: int = Field(
-        16, ge=0, description="Evaluation games per (checkpoint, env, opponent): the cap of one evaluation round."
+        16, ge=0, le=1_000_000, description="Evaluation games per (checkpoint, env, opponent): the cap of one evaluation round."
     )
     tournament_games: int = Field(100, ge=0, description="Without a learner: games played in the tournament.")
-    max_turns: int = Field(200, ge=1, description="A game with more turns than this is truncated (reward 0 for all).")
+    max_turns: int = Field(200, ge=1, le=1_000_000, description="A game with more turns than this is truncated (reward 0 for all).")
+    max_action_chars: int = Field(
+        1000, ge=1, le=1_000_000,
+        description="An extracted action longer than this is cut to this length before the env sees it (a huge action can stall a game for seconds).",
+    )
     transcripts: float = Field(
         0.1, ge=0, le=1, description="Fraction of training and tournament games whose transcript is written to games/."
     )
@@ -67,10 +75,14 @@ class CollectionConfig(Section):
 
 class TrainingConfig(Section):
     learning_steps: int = Field(0, ge=0, description="Learner updates to make; exactly this many.")
-    batch_size: int = Field(64, ge=1, description="Steps per learner update.")
+    batch_size: int = Field(64, ge=1, le=10_000_000, description="Steps per learner update.")
     eval_every: int = Field(0, ge=0, description="Evaluate every N updates (0: only before and after training).")
     save_every: int = Field(1, ge=1, description="Save a checkpoint every N updates.")
-    filter_zero_advantage: bool = Field(True, description="Drop steps whose reward (advantage) is exactly zero before the update.")
+    filter_zero_advantage: bool | None = Field(
+        None,
+        description="Drop steps whose reward (advantage) is exactly zero before the update; None: as the learner "
+        "declares (`drop_zero_advantage` on its record: REINFORCE drops them, an actor-critic keeps them).",
+    )
     max_empty_batches: int = Field(
         1000, ge=1, description="Fail the run after this many drawn batches in a row were emptied by the filter."
     )
@@ -114,7 +126,10 @@ class ModelConfig(Section):
 class RunConfig(Section):
     """The whole run. See docs/config.md for every key."""
 
-    name: str = Field("run", description="Name of the run (default run directory runs/NAME-TIME).")
+    name: str = Field(
+        "run", pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._-]{0,99}$",
+        description="Name of the run (default run directory runs/NAME-TIME): letters, digits, spaces, '.', '_', '-' (no path).",
+    )
     seed: int = Field(0, description="Run seed: every game's seed and scheduling draw derive from it and the game index.")
     run_dir: str | None = Field(None, description="Run directory (the CLI's --run-dir wins).")
     model: ModelConfig | None = Field(None, description="The model being trained (needed with a learner).")
@@ -227,10 +242,29 @@ def format_validation_error(exc: ValidationError, source: str, prefix: str = "",
 # ---------------------------------------------------------------------------------------------
 
 
+def nesting_depth(value: Any, limit: int = MAX_NESTING) -> int:
+    """How deep tables and lists nest in ``value`` (counted up to ``limit + 1``)."""
+    depth, level = 0, [value]
+    while level and depth <= limit:
+        level = [v for x in level for v in (x.values() if isinstance(x, dict) else x if isinstance(x, list) else ())]
+        depth += 1 if level else 0
+    return depth
+
+
+def _parse_toml(text: str, where: str) -> dict[str, Any]:
+    try:
+        data = tomllib.loads(text)
+    except RecursionError:
+        raise ConfigError(f"{where}: tables or lists nest too deeply (at most {MAX_NESTING} levels)") from None
+    if nesting_depth(data) > MAX_NESTING:
+        raise ConfigError(f"{where}: tables or lists nest too deeply (at most {MAX_NESTING} levels)")
+    return data
+
+
 def parse_value(text: str) -> Any:
     """Parse an override's value as a TOML value; fall back to the plain string."""
     try:
-        return tomllib.loads(f"v = {text}")["v"]
+        return _parse_toml(f"v = {text}", f"--set value {text[:40]!r}")["v"]
     except tomllib.TOMLDecodeError:
         return text
 
@@ -245,6 +279,8 @@ def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> dict[str,
         parts = [p for p in key.strip().split(".") if p]
         if not parts:
             raise ConfigError(f"--set {item!r}: empty key")
+        if len(parts) > MAX_NESTING:
+            raise ConfigError(f"--set {key[:60]}...: the key nests {len(parts)} levels deep (at most {MAX_NESTING})")
         node: Any = data
         for i, part in enumerate(parts[:-1]):
             if isinstance(node, list):
@@ -273,15 +309,18 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     if not p.is_file():
         raise ConfigError(f"{path}: no such config file")
     try:
-        with p.open("rb") as fh:
-            return tomllib.load(fh)
+        return _parse_toml(p.read_text(encoding="utf-8"), str(path))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not valid TOML: the file is not UTF-8 text") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
 
 
 def validate_config(data: Mapping[str, Any], source: str = "<config>") -> RunConfig:
+    if nesting_depth(dict(data)) > MAX_NESTING:
+        raise ConfigError(f"{source}: tables or lists nest too deeply (at most {MAX_NESTING} levels)")
     try:
         return RunConfig.model_validate(dict(data))
     except ValidationError as exc:

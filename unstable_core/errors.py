@@ -19,3 +19,23 @@ class PluginError(UnstableError):
 
 class UnknownComponentError(PluginError):
     """A config asks for a component no loaded plugin provides."""
+
+
+class ComponentError(UnstableError):
+    """A component (or a plugin's hook) raised or returned something malformed while a run went
+    on; the message names the component, its plugin and distribution."""
+
+
+class RunFailed(UnstableError):
+    """The run could not go on (every game fails, a collapsed policy, a role died)."""
+
+
+class RunInterrupted(UnstableError):
+    """Ctrl-C (exit 130) or SIGTERM (exit 143): the run stopped cleanly, files flushed."""
+
+    def __init__(self, signum: int) -> None:
+        import signal
+
+        self.signum = signum
+        self.exit_code = 128 + signum
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")

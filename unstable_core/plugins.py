@@ -118,18 +118,31 @@ class PluginSystem:
         print(f"[unstable trace] {hook_name} {state}", file=sys.stderr)
 
     def call_impl(self, hook_name: str, impl: Any, **kwargs: Any) -> Any:
-        """Call one plugin's implementation of a hook (per-plugin isolation), traced if asked."""
+        """Call one plugin's implementation of a hook (per-plugin isolation), traced if asked.
+        Like pluggy, pass only the arguments the implementation declares (it may take fewer)."""
         if self.trace:
             print(f"[unstable trace] {hook_name}({', '.join(kwargs)}) -> [{impl.plugin_name}]", file=sys.stderr)
         try:
-            result = impl.function(**kwargs)
-        except Exception as exc:
+            result = impl.function(*[kwargs[name] for name in impl.argnames])
+        except BaseException as exc:
             if self.trace:
                 print(f"[unstable trace] {hook_name} raised {_describe(exc)}", file=sys.stderr)
             raise
         if self.trace:
             print(f"[unstable trace] {hook_name} ok", file=sys.stderr)
         return result
+
+    def describe(self, plugin_name: str) -> str:
+        """``plugin 'NAME' (DIST VERSION)``, for messages."""
+        record = self.records.get(plugin_name)
+        if record is None:
+            return f"plugin {plugin_name!r}"
+        return f"plugin '{record.name}' ({record.package} {record.version})"
+
+    def call_lifecycle(self, hook_name: str, **kwargs: Any) -> list[Any]:
+        """Call every implementation of a lifecycle hook, one by one; an implementation that
+        raises stops the run with a ComponentError naming its plugin."""
+        return call_each(self.pm, hook_name, self.describe, kwargs)
 
     def fail(self, name: str, exc: BaseException, where: str) -> None:
         """Record a plugin as broken (or re-raise in strict mode) and unregister it."""
@@ -185,7 +198,9 @@ class PluginSystem:
             for impl in impls:
                 try:
                     result = self.call_impl(hook_name, impl)
-                except Exception as exc:
+                except KeyboardInterrupt:
+                    raise
+                except BaseException as exc:  # SystemExit from a plugin is a broken plugin too
                     self._fail(record, exc, f"hook {hook_name} raised")
                     return
                 try:
@@ -252,7 +267,9 @@ class PluginSystem:
             record = PluginRecord(name=ep.name, package=package, version=version)
             try:
                 plugin = ep.load()
-            except Exception as exc:
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:  # sys.exit() in a plugin's import must not end the CLI
                 self.records[ep.name] = record
                 self._fail(record, exc, "import failed")
                 continue
@@ -289,6 +306,27 @@ class PluginSystem:
 
     def plugin_records(self, include_builtin: bool = True) -> list[PluginRecord]:
         return [r for r in self.records.values() if include_builtin or not r.builtin]
+
+
+def call_each(pm: pluggy.PluginManager, hook_name: str, describe: Any, kwargs: dict[str, Any]) -> list[Any]:
+    """Call each implementation of ``hook_name`` in ``pm`` (pluggy's order) with the arguments
+    it declares; return ``(plugin name, result)`` for each result that is not None.
+    ``describe(plugin_name)`` names the
+    culprit when one raises: a ComponentError, never a bare traceback."""
+    from .errors import ComponentError, UnstableError
+
+    caller = getattr(pm.hook, hook_name)
+    results = []
+    for impl in reversed(caller.get_hookimpls()):  # pluggy calls the last registered first
+        try:
+            value = impl.function(*[kwargs[name] for name in impl.argnames])
+        except UnstableError:
+            raise
+        except Exception as exc:
+            raise ComponentError(f"{describe(impl.plugin_name)}: hook {hook_name} raised {_describe(exc)}") from exc
+        if value is not None:
+            results.append((impl.plugin_name, value))
+    return results
 
 
 def load_plugins(

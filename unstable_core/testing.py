@@ -36,7 +36,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from . import hookimpl
 from .components import (
     PROTOCOLS,
-    BuildContext,
     EnvProviderSpec,
     InferenceSpec,
     LearnerSpec,
@@ -158,8 +157,9 @@ class TabularInference:
             policy_version=ref.version,
         )
 
-    def load_checkpoint(self, checkpoint: Checkpoint) -> None:
+    def load_checkpoint(self, checkpoint: Checkpoint) -> int:
         self.tables[checkpoint.uid] = load_table(checkpoint.path)
+        return checkpoint.version
 
     def close(self) -> None:
         pass
@@ -210,7 +210,8 @@ class _ToyPlugin:
 
     @hookimpl
     def unstable_learners(self) -> list[LearnerSpec]:
-        return [LearnerSpec(name="tabular-reinforce", summary="REINFORCE on a softmax table", config=TabularOptions, factory=lambda o, ctx: TabularLearner(o))]
+        return [LearnerSpec(name="tabular-reinforce", summary="REINFORCE on a softmax table", config=TabularOptions,
+                            factory=lambda o, ctx: TabularLearner(o), drop_zero_advantage=True)]
 
 
 toy_plugin = _ToyPlugin()
@@ -308,14 +309,9 @@ class _Contract:
         reg.add(ModelRef(uid="base", kind="base", backend="tabular"), current=True)
         return reg
 
-    def build_context(self, registry: Any, tmp_path: Path) -> BuildContext:
-        from .runtime.rewards import RewardPipelines
-
-        return BuildContext(run_dir=str(tmp_path), seed=0, registry=registry, rewards=RewardPipelines())
-
     @pytest.fixture
-    def component(self, spec: Any, registry: Any, tmp_path: Path) -> Any:
-        return spec.factory(spec.config.model_validate(dict(self.options)), self.build_context(registry, tmp_path))
+    def component(self, spec: Any, system: Any, tmp_path: Path) -> Any:
+        return build_component_for(self, spec, system, tmp_path)
 
     def test_record_is_valid(self, spec: Any) -> None:
         from .components import KINDS
@@ -352,9 +348,9 @@ class EnvSamplerContract(_Contract):
         for _ in range(200):
             assert component.sample(envs, rng) in envs
 
-    def test_same_seed_same_choices(self, spec: Any, registry: Any, tmp_path: Path) -> None:
+    def test_same_seed_same_choices(self, spec: Any, system: Any, tmp_path: Path) -> None:
         def draws() -> list[str]:
-            comp = spec.factory(spec.config.model_validate(dict(self.options)), self.build_context(registry, tmp_path))
+            comp = build_component_for(self, spec, system, tmp_path)
             rng = random.Random(42)
             return [comp.sample(self.envs(), rng).env_id for _ in range(50)]
 
@@ -404,13 +400,15 @@ class BufferContract(_Contract):
     kind = "buffer"
 
     def test_add_then_draw_without_replacement(self, component: Any) -> None:
+        from .runtime.rewards import RewardPipelines
+
         for i in range(5):
-            component.add(sample_result(train_seats=[0, 1]))
+            assert component.add(RewardPipelines().episodes(sample_result(train_seats=[0, 1]))) == 2
         n = component.size()
         assert n == 10
-        batch = component.draw(4, learner_version=0)
-        assert 4 <= len(batch.steps) <= n
-        assert component.size() == n - len(batch.steps)
+        steps = component.draw(4)
+        assert 4 <= len(steps) <= n and all(isinstance(s, Step) for s in steps)
+        assert component.size() == n - len(steps)
 
 
 class TemplateContract(_Contract):
@@ -439,7 +437,10 @@ class TrackerContract(_Contract):
     kind = "tracker"
 
     def test_log_and_close(self, component: Any) -> None:
-        component.log({"type": "train", "step": 1, "loss": 0.5})
+        from .records import TrainRecord
+
+        assert isinstance(component.wants_game_records, bool)
+        component.log(TrainRecord(step=1, staleness_mean=0.0, staleness_max=0.0, batch_steps=4.0, loss=0.5))
         component.close()
 
 
@@ -461,6 +462,13 @@ class EnvProviderContract(_Contract):
                 turns += 1
             rewards, _info = game.close()
             assert done and set(rewards) <= {0, 1}
+
+
+def build_component_for(contract: _Contract, spec: Any, system: Any, tmp_path: Path) -> Any:
+    """Build ``spec`` (which a parametrised contract may pick by another name) as a run would."""
+    from .runtime.plan import build_component
+
+    return build_component(spec.kind, spec.name, contract.options, plugins=system, run_dir=str(tmp_path))
 
 
 class LearnerContract(_Contract):

@@ -71,12 +71,12 @@ class EnvSpec(Model):
     """Which game to play and how a model sees it."""
 
     env_id: str = Field(description="Environment id known to the env provider, e.g. 'KuhnPoker-v0-train'.")
-    num_players: int = Field(2, ge=1, description="Seats at the table.")
+    num_players: int = Field(2, ge=1, le=64, description="Seats at the table.")
     num_actors: int = Field(
-        1, ge=0, description="Seats taken by the model being trained in a training game; the rest are sampled opponents."
+        1, ge=0, le=64, description="Seats taken by the model being trained in a training game; the rest are sampled opponents."
     )
     template: str = Field("default", description="Name of the template component that renders prompts and extracts actions.")
-    weight: float = Field(1.0, gt=0, description="Relative weight used by weighted env samplers.")
+    weight: float = Field(1.0, gt=0, le=1e6, allow_inf_nan=False, description="Relative weight used by weighted env samplers.")
     kwargs: dict[str, Any] = Field(default_factory=dict, description="Extra keyword arguments for the env provider's make().")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -101,6 +102,31 @@ class TextArenaProvider:
         return list(KNOWN_ENV_IDS)
 
 
+def check_env(env: EnvSpec, options: TextArenaOptions) -> None:
+    """Make and reset the environment once: a misspelt id, a player count the game does not
+    take or a bad keyword argument is found before a run, not as thousands of failed games."""
+    import textarena as ta
+    from textarena.envs.registration import ENV_REGISTRY
+
+    if env.env_id not in ENV_REGISTRY:
+        close = difflib.get_close_matches(env.env_id, list(ENV_REGISTRY), n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"unknown TextArena env {env.env_id!r}.{hint} Known to work offline here: {', '.join(KNOWN_ENV_IDS)}")
+    try:
+        game = ta.make(env.env_id, **env.kwargs)
+    except TypeError as exc:
+        raise ValueError(f"env {env.env_id!r} does not take kwargs {env.kwargs}: {exc}") from None
+    try:
+        game.reset(num_players=env.num_players, seed=0)
+    except Exception as exc:
+        raise ValueError(f"env {env.env_id!r} cannot be played with num_players = {env.num_players}: {exc}") from None
+    finally:
+        try:
+            game.close()
+        except Exception:
+            pass
+
+
 @hookimpl
 def unstable_envs() -> list[EnvProviderSpec]:
     return [
@@ -109,5 +135,6 @@ def unstable_envs() -> list[EnvProviderSpec]:
             summary="TextArena games by id (make, reset, observe, step, close)",
             config=TextArenaOptions,
             factory=lambda options, ctx: TextArenaProvider(options),
+            check_env=check_env,
         )
     ]

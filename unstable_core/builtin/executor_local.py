@@ -1,8 +1,7 @@
-"""executor `local`: every stage in one process, on one asyncio event loop."""
+"""executor `local`: every role in this process, on the driver's asyncio event loop."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -16,14 +15,31 @@ class LocalOptions(BaseModel):
 
 
 class LocalExecutor:
-    """Runs ``loop.run()`` with ``asyncio.run``: games in flight interleave at every inference
-    call, so a batching backend serves them together; a learner that sets ``blocking = True``
-    trains in a worker thread while collection goes on."""
+    """In-process handles: the driver awaits the roles' methods directly, so games in flight
+    interleave at every inference call and a batching backend serves them together; a learner
+    that declares ``blocking`` trains in a worker thread while games go on."""
 
-    def run(self, loop: Any) -> Any:
-        return asyncio.run(loop.run())
+    def __init__(self, plugins: Any) -> None:
+        self.plugins = plugins
+        self.rollouts: list[Any] = []
+
+    def start(self, plan: Any) -> Any:
+        from ..runtime.driver import RoleHandles
+        from ..runtime.roles import build_role
+
+        league = build_role("league", plan, self.plugins)
+        buffer = build_role("buffer", plan, self.plugins)
+        learner = build_role("learner", plan, self.plugins) if plan.trains else None
+        self.rollouts = [build_role("rollout", plan, self.plugins)]
+        return RoleHandles(league=league, rollouts=self.rollouts, buffer=buffer, learner=learner)
+
+    def shutdown(self) -> None:
+        for rollout in self.rollouts:
+            rollout.close()
+        self.rollouts = []
 
 
 @hookimpl
 def unstable_executors() -> list[ExecutorSpec]:
-    return [ExecutorSpec(name="local", summary="Every stage in one process (asyncio)", config=LocalOptions, factory=lambda o, ctx: LocalExecutor())]
+    return [ExecutorSpec(name="local", summary="Every role in one process (asyncio)", config=LocalOptions,
+                         factory=lambda o, ctx: LocalExecutor(ctx.plugins))]

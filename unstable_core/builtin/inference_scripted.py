@@ -135,6 +135,14 @@ class ScriptedOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def check_agent(ref: ModelRef) -> None:
+    """Raise ValueError for an agent name this backend does not know (checked before a run)."""
+    if ref.model not in AGENTS:
+        close = difflib.get_close_matches(ref.model, list(AGENTS), n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"unknown scripted agent {ref.model!r}.{hint} Known: {', '.join(AGENTS)}")
+
+
 class ScriptedInference:
     """Serves scripted agents; every call completes at once (no batching needed)."""
 
@@ -143,17 +151,10 @@ class ScriptedInference:
     async def generate(self, request: GenerationRequest) -> Completion:
         return self.complete(request)
 
-    def check_model(self, ref: ModelRef) -> None:
-        """Raise ValueError for an agent name this backend does not know (checked before a run)."""
-        if ref.model not in AGENTS:
-            close = difflib.get_close_matches(ref.model, list(AGENTS), n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise ValueError(f"unknown scripted agent {ref.model!r}.{hint} Known: {', '.join(AGENTS)}")
-
     def complete(self, request: GenerationRequest) -> Completion:
         agent = AGENTS.get(request.model.model)
         if agent is None:
-            self.check_model(request.model)  # raises with the known names
+            check_agent(request.model)  # raises with the known names
         text = agent(request.observation, random.Random(request.seed))
         # every field, each of its exact type: built without validation (the agents return str)
         return _trusted(Completion, {
@@ -161,8 +162,8 @@ class ScriptedInference:
             "policy_version": request.model.version,
         })
 
-    def load_checkpoint(self, checkpoint: Checkpoint) -> None:
-        return None
+    def load_checkpoint(self, checkpoint: Checkpoint) -> int:
+        return checkpoint.version  # agents have no weights: any version is served as it is
 
     def close(self) -> None:
         return None
@@ -176,5 +177,6 @@ def unstable_inference_backends() -> list[InferenceSpec]:
             summary=f"Agents that need no model: {', '.join(AGENTS)}",
             config=ScriptedOptions,
             factory=lambda options, ctx: ScriptedInference(),
+            check_model=check_agent,
         )
     ]

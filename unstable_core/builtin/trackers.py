@@ -1,9 +1,10 @@
 """Trackers `jsonl` (run_dir/metrics.jsonl) and `console` (a rich live view).
 
-Records are dicts with a ``type``: ``train`` (one per learner update), ``eval`` (one per
-evaluation (step, env, opponent)), ``summary`` (every second: games, games/s, failures, buffer
-fill and per-(mode, env) totals under ``envs``), ``ratings``, and ``game`` (one per game) for
-trackers whose ``wants_game_records`` attribute is true (``jsonl`` with ``games = true``).
+Each receives the typed records of ``unstable_core.records``: ``train`` (one per learner
+update), ``eval`` (one per evaluation (step, env, model, opponent)), ``eval_skipped``,
+``summary`` (every second: games, games/s, failures, buffer fill and per-(mode, env) totals under
+``envs``), ``ratings``, and ``game`` (one per game) for trackers whose ``wants_game_records`` is
+true (``jsonl`` with ``games = true``).
 """
 
 from __future__ import annotations
@@ -13,17 +14,25 @@ import sys
 import time
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .. import hookimpl
 from ..components import TrackerSpec
+from ..records import Record
 from ..runtime.jsonio import json_line
 
 
 class JsonlOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    filename: str = Field("metrics.jsonl", description="File name inside the run directory.")
+    filename: str = Field("metrics.jsonl", description="File name inside the run directory (a name, not a path).")
+
+    @field_validator("filename")
+    @classmethod
+    def _plain_name(cls, v: str) -> str:
+        if not v or v in (".", "..") or "/" in v or "\\" in v or "\x00" in v or os.path.isabs(v):
+            raise ValueError("must be a plain file name inside the run directory, without a path")
+        return v
     games: bool = Field(
         False, description="Also log one `game` record per game (summary records carry per-env totals either way)."
     )
@@ -40,9 +49,9 @@ class JsonlTracker:
         self.fh = open(self.path, "a", encoding="utf-8")
         self.last_flush = time.monotonic()
 
-    def log(self, record: dict[str, Any]) -> None:
-        kind = record.get("type")
-        self.fh.write(json_line(record))
+    def log(self, record: Record) -> None:
+        kind = record.type
+        self.fh.write(json_line(record.model_dump(mode="json")))
         now = time.monotonic()
         # game records are many: flush them at most every flush_s; anything else at once
         if kind != "game" or now - self.last_flush >= self.flush_s:
@@ -72,6 +81,7 @@ class ConsoleTracker:
 
         self.console = Console(stderr=True)
         self.refresh_s = options.refresh_s
+        self.wants_game_records = False
         self.live_enabled = self.console.is_terminal if options.live is None else options.live
         self.last_draw = 0.0
         self.games = 0
@@ -88,23 +98,23 @@ class ConsoleTracker:
             self.live = Live(self._table(), console=self.console, auto_refresh=False, transient=False)
             self.live.start()
 
-    def log(self, record: dict[str, Any]) -> None:
-        kind = record.get("type")
+    def log(self, record: Record) -> None:
+        kind = record.type
         if kind == "summary":
-            self.games = int(record.get("games", 0))
-            self.games_per_s = float(record.get("games_per_s", 0.0))
-            self.failed = int(record.get("failed", 0))
-            self.buffer = (int(record.get("buffer_size", 0)), int(record.get("buffer_capacity", 0)))
-            self.envs = record.get("envs", {})
+            self.games = record.games
+            self.games_per_s = record.games_per_s
+            self.failed = record.failed
+            self.buffer = (record.buffer_size, record.buffer_capacity)
+            self.envs = {mode: {env: t.model_dump() for env, t in per.items()} for mode, per in record.envs.items()}
         elif kind == "train":
-            self.step = int(record.get("step", self.step))
+            self.step = record.step
         elif kind == "eval":
-            self.last_eval = [r for r in self.last_eval if r.get("step") == record.get("step")] + [record]
+            self.last_eval = [r for r in self.last_eval if r["step"] == record.step] + [record.model_dump()]
             if not self.live_enabled:
                 self.console.print(
-                    f"eval step {record['step']} {record['env_id']} {record.get('model', '')} vs {record['opponent']}: "
-                    f"win {record['win_rate']:.2f} draw {record['draw_rate']:.2f} loss {record['loss_rate']:.2f} "
-                    f"invalid {record['invalid_rate']:.2f} ({record['games']} games)"
+                    f"eval step {record.step} {record.env_id} {record.model} vs {record.opponent}: "
+                    f"win {record.win_rate:.2f} draw {record.draw_rate:.2f} loss {record.loss_rate:.2f} "
+                    f"invalid {record.invalid_rate:.2f} ({record.games} games)", soft_wrap=True
                 )
         now = time.monotonic()
         if self.live is not None and now - self.last_draw >= self.refresh_s:
@@ -123,7 +133,7 @@ class ConsoleTracker:
                 t.add_row(f"{mode} {env_id}", str(int(r["games"])),
                           *(f"{r[k]:.2f}" for k in ("win_rate", "draw_rate", "loss_rate", "invalid_rate")))
         for r in self.last_eval:
-            t.add_row(f"eval@{r['step']} {r['env_id']} vs {r['opponent']}", str(r["games"]),
+            t.add_row(f"eval@{r['step']} {r['env_id']} {r['model']} vs {r['opponent']}", str(r["games"]),
                       *(f"{r[k]:.2f}" for k in ("win_rate", "draw_rate", "loss_rate", "invalid_rate")))
         return t
 

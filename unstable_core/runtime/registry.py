@@ -39,6 +39,24 @@ class ModelEntry:
         }
 
 
+@dataclass
+class PairStats:
+    """Head-to-head counts of two models ``a`` < ``b`` (uids are free text: kept apart from the
+    counts' names)."""
+
+    games: int = 0
+    draws: int = 0
+    wins_a: int = 0
+    wins_b: int = 0
+
+
+def checkpoint_ref(checkpoint: Checkpoint, base: ModelRef) -> ModelRef:
+    """The ModelRef that serves a learner checkpoint: the base model with the adapter."""
+    return base.model_copy(
+        update={"uid": checkpoint.uid, "kind": "checkpoint", "adapter_path": checkpoint.path, "version": checkpoint.version}
+    )
+
+
 class ModelRegistry:
     """Base model, checkpoints, fixed opponents, the current checkpoint, match counts and
     win/draw/loss per model and per pair. Raters store their numbers in ``entry.rating``."""
@@ -46,8 +64,8 @@ class ModelRegistry:
     def __init__(self) -> None:
         self.entries: dict[str, ModelEntry] = {}
         self.current_uid: str | None = None
-        #: "uid_a|uid_b" (sorted) -> {"games", "<uid_a>", "<uid_b>", "draws"} (wins per uid)
-        self.pairs: dict[str, dict[str, int]] = {}
+        #: (uid_a, uid_b) with uid_a < uid_b -> head-to-head counts
+        self.pairs: dict[tuple[str, str], PairStats] = {}
         self._fixed: list[ModelRef] | None = None
 
     # -- membership ---------------------------------------------------------------------------
@@ -63,9 +81,7 @@ class ModelRegistry:
 
     def add_checkpoint(self, checkpoint: Checkpoint, base: ModelRef) -> ModelRef:
         """Register a learner checkpoint; it becomes the current model."""
-        ref = base.model_copy(
-            update={"uid": checkpoint.uid, "kind": "checkpoint", "adapter_path": checkpoint.path, "version": checkpoint.version}
-        )
+        ref = checkpoint_ref(checkpoint, base)
         self.add(ref, current=True)
         return ref
 
@@ -100,8 +116,8 @@ class ModelRegistry:
 
     # -- results --------------------------------------------------------------------------------
     @staticmethod
-    def pair_key(a: str, b: str) -> str:
-        return f"{a}|{b}" if a < b else f"{b}|{a}"
+    def pair_key(a: str, b: str) -> tuple[str, str]:
+        return (a, b) if a < b else (b, a)
 
     def record_game(self, result: GameResult) -> None:
         """Count a finished game for every seat and every pair of distinct seats."""
@@ -130,21 +146,30 @@ class ModelRegistry:
                 a, b = seats[i].uid, seats[j].uid
                 if a == b:
                     continue
-                key = self.pair_key(a, b)
-                pair = self.pairs.get(key)
-                if pair is None:
-                    pair = self.pairs[key] = {"games": 0, "draws": 0, a: 0, b: 0}
-                pair["games"] += 1
                 ri, rj = rewards.get(i, 0.0), rewards.get(j, 0.0)
+                if b < a:
+                    a, b, ri, rj = b, a, rj, ri
+                pair = self.pairs.get((a, b))
+                if pair is None:
+                    pair = self.pairs[(a, b)] = PairStats()
+                pair.games += 1
                 if ri > rj:
-                    pair[a] += 1
+                    pair.wins_a += 1
                 elif rj > ri:
-                    pair[b] += 1
+                    pair.wins_b += 1
                 else:
-                    pair["draws"] += 1
+                    pair.draws += 1
 
     def match_count(self, a: str, b: str) -> int:
-        return self.pairs.get(self.pair_key(a, b), {}).get("games", 0)
+        pair = self.pairs.get(self.pair_key(a, b))
+        return pair.games if pair is not None else 0
+
+    def head_to_head(self, a: str, b: str) -> tuple[int, int, int]:
+        """(wins of a, draws, wins of b) over the games a and b played against each other."""
+        pair = self.pairs.get(self.pair_key(a, b))
+        if pair is None:
+            return (0, 0, 0)
+        return (pair.wins_a, pair.draws, pair.wins_b) if a < b else (pair.wins_b, pair.draws, pair.wins_a)
 
     # -- snapshot -------------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
@@ -152,7 +177,8 @@ class ModelRegistry:
             "current": self.current_uid,
             "models": [e.as_dict() for e in self.entries.values()],
             "pairs": [
-                {"a": k.split("|")[0], "b": k.split("|")[1], **v} for k, v in sorted(self.pairs.items())
+                {"a": a, "b": b, "games": p.games, "draws": p.draws, "wins_a": p.wins_a, "wins_b": p.wins_b}
+                for (a, b), p in sorted(self.pairs.items())
             ],
         }
 

@@ -1,32 +1,72 @@
-"""The three reward pipelines (final, step, sampling), composed in config order."""
+"""The three reward pipelines (final, step, sampling), composed in config order, and the turning
+of a finished game into training steps. The core applies them, not the buffer: a buffer stores
+and draws steps whose rewards are already final."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from ..types import Step
+from ..errors import ComponentError
+from ..types import GameResult, Step
+from .runner import describe_error
 
 
 class RewardPipelines:
-    """Holds the built transforms of each stage; buffers call the three methods."""
+    """Holds the built transforms of each stage. ``labels`` (one per transform, in the order
+    final, step, sampling) name a transform that raises."""
 
-    def __init__(self, final: Sequence[Any] = (), step: Sequence[Any] = (), sampling: Sequence[Any] = ()) -> None:
+    def __init__(self, final: Sequence[Any] = (), step: Sequence[Any] = (), sampling: Sequence[Any] = (),
+                 labels: Sequence[str] = ()) -> None:
         self.final_transforms = list(final)
         self.step_transforms = list(step)
         self.sampling_transforms = list(sampling)
+        self.labels = dict(zip(map(id, [*final, *step, *sampling]), labels))
+
+    def _failed(self, transform: Any, exc: Exception) -> ComponentError:
+        label = self.labels.get(id(transform), f"reward transform {transform!r}")
+        return ComponentError(f"{label} raised {describe_error(exc)}")
 
     def final(self, rewards: dict[int, float], env_id: str) -> dict[int, float]:
         for t in self.final_transforms:
-            rewards = t(dict(rewards), env_id)
+            try:
+                rewards = t(dict(rewards), env_id)
+            except Exception as exc:
+                raise self._failed(t, exc) from exc
         return rewards
 
     def step(self, step: Step) -> Step:
         for t in self.step_transforms:
-            step = t(step)
+            try:
+                step = t(step)
+            except Exception as exc:
+                raise self._failed(t, exc) from exc
         return step
 
     def sampling(self, steps: list[Step]) -> list[Step]:
         for t in self.sampling_transforms:
-            steps = t(list(steps))
+            try:
+                steps = t(list(steps))
+            except Exception as exc:
+                raise self._failed(t, exc) from exc
         return steps
+
+    def episodes(self, result: GameResult) -> list[list[Step]]:
+        """One list of steps per trained seat of a finished game, final and step transforms
+        applied; nothing for a failed game or one without trained seats."""
+        if result.outcome == "failed" or not result.game.train_seats:
+            return []
+        env_id = result.game.env.env_id
+        final = self.final(dict(result.rewards), env_id)
+        episodes = []
+        for pid in result.game.train_seats:
+            turns = result.trajectories[pid].turns
+            r = float(final.get(pid, 0.0))
+            steps = [
+                self.step(Step(env_id=env_id, game_idx=result.game.game_idx, player_id=pid, turn_index=i,
+                               num_turns=len(turns), turn=t, final_reward=r, reward=r))
+                for i, t in enumerate(turns)
+            ]
+            if steps:
+                episodes.append(steps)
+        return episodes

@@ -68,11 +68,13 @@ class GameRunner:
         templates: Callable[[str], Any],
         backends: Callable[[str], Any],
         max_turns: int = 200,
+        max_action_chars: int = 1000,
     ) -> None:
         self.env_provider = env_provider
         self.templates = templates
         self.backends = backends
         self.max_turns = max_turns
+        self.max_action_chars = max_action_chars
 
     async def play(self, spec: GameSpec) -> GameResult:
         start = time.perf_counter()
@@ -88,7 +90,7 @@ class GameRunner:
         try:
             # resolved once per game: the loop below runs for every turn of every game
             backends = [self.backends(ref.backend) for ref in seats]
-            tokenizers = [getattr(b, "tokenizer", None) for b in backends]
+            tokenizers = [b.tokenizer for b in backends]
             env_id, seed = spec.env.env_id, spec.seed
             template = self.templates(spec.env.template)
             render, extract = template.render, template.extract
@@ -118,6 +120,8 @@ class GameRunner:
                 if not isinstance(completion, Completion):
                     completion = Completion.model_validate(completion)
                 action, format_ok = extract(completion.text)
+                if type(action) is str and len(action) > self.max_action_chars:  # a huge action can stall the env for seconds
+                    action = action[: self.max_action_chars]
                 done, invalid = env.step(action)
                 if exact and not (type(action) is str and type(format_ok) is bool and type(invalid) is bool):
                     exact = False

@@ -1,6 +1,7 @@
 import random
 
-from unstable_core import EnvSpec, Loop, load_plugins, validate_config
+import unstable_core
+from unstable_core import EnvSpec, load_plugins
 from unstable_core.testing import EnvSamplerContract, toy_config, toy_plugin
 
 import unstable_curriculum.plugin as plugin
@@ -33,13 +34,14 @@ def test_explore_draws_other_envs():
 
 def test_learns_scores_from_game_end_hook_in_a_real_run(tmp_path):
     system = load_plugins(entry_points=False, extra=[("toy", toy_plugin), ("curriculum", plugin)], strict=True)
-    cfg = validate_config(toy_config(
+    cfg = toy_config(
         env_sampler={"name": "curriculum", "explore": 0.0},
         training={"learning_steps": 3, "batch_size": 8},
         opponents=[],
-    ))
-    loop = Loop(cfg, system, tmp_path / "run")
-    loop.executor.run(loop)
-    assert loop.env_sampler.scores["PickBest-v0"] > 0.0
-    # unsubscribed at the end of the run
-    assert loop.env_sampler not in system.pm.get_plugins()
+    )
+    job = unstable_core.build(cfg, run_dir=tmp_path / "run", plugins=system)
+    job.start()
+    sampler = job.roles.league.env_sampler  # it lives in the league role, which sees every game
+    assert sampler.scores["PickBest-v0"] > 0.0
+    # it listened through its role, not as a plugin of the process
+    assert sampler not in system.pm.get_plugins()

@@ -53,10 +53,6 @@ class HFInference:
         self.generated_tokens = 0
 
     # -- models ---------------------------------------------------------------------------------
-    def check_model(self, ref: ModelRef) -> None:
-        if not ref.model:
-            raise ValueError("the hf backend needs `model` (a hub id, a local path or 'tiny...')")
-
     def _base(self, ref: ModelRef) -> Any:
         from .loading import load_causal_lm, load_tokenizer, resolve_model_path, with_lora
 
@@ -76,11 +72,7 @@ class HFInference:
         if not ref.adapter_path:
             return None
         if ref.uid not in self._adapters:
-            while len(self._adapters) >= self.options.max_loras:
-                old, _ = self._adapters.popitem(last=False)
-                model.delete_adapter(old)
-            model.load_adapter(ref.adapter_path, adapter_name=ref.uid)
-            self._adapters[ref.uid] = ref.adapter_path
+            self._load_adapter(model, ref.uid, ref.adapter_path)
         self._adapters.move_to_end(ref.uid)
         model.set_adapter(ref.uid)
         return ref.uid
@@ -90,10 +82,28 @@ class HFInference:
         with self._lock:
             self._base(ref)
 
-    def load_checkpoint(self, checkpoint: Checkpoint) -> None:
-        """Nothing to do up front: an adapter is loaded the first time a request needs it (its
-        ModelRef carries the path), without reloading the base model."""
-        return None
+    def load_checkpoint(self, checkpoint: Checkpoint) -> int:
+        """Check that the checkpoint holds a LoRA adapter, and load it now when its base model is
+        resident (otherwise the first request that needs it loads it: its ModelRef carries the
+        path); the base model is never reloaded. Returns the version now served."""
+        from pathlib import Path
+
+        folder = Path(checkpoint.path)
+        if not (folder / "adapter_config.json").is_file():
+            raise ValueError(f"checkpoint {checkpoint.uid!r} at {folder} holds no LoRA adapter (adapter_config.json)")
+        with self._lock:
+            for model in self._bases.values():
+                if checkpoint.uid not in self._adapters:
+                    self._load_adapter(model, checkpoint.uid, str(folder))
+        return checkpoint.version
+
+    def _load_adapter(self, model: Any, uid: str, path: str) -> None:
+        """Load an adapter under its uid, evicting the least recently used past max_loras."""
+        while len(self._adapters) >= self.options.max_loras:
+            old, _ = self._adapters.popitem(last=False)
+            model.delete_adapter(old)
+        model.load_adapter(path, adapter_name=uid)
+        self._adapters[uid] = path
 
     # -- generation -------------------------------------------------------------------------------
     def generate_batch(self, requests: list[GenerationRequest]) -> list[Completion]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from unstable_core import BuildContext, InferenceSpec, hookimpl
+from unstable_core import BuildContext, InferenceSpec, ModelRef, hookimpl
 
 
 def _inference_options() -> type:
@@ -20,6 +20,11 @@ def make_inference(options: Any, ctx: BuildContext) -> Any:
     return HFInference(options)
 
 
+def check_model(ref: ModelRef) -> None:
+    if not ref.model:
+        raise ValueError("the hf backend needs `model` (a hub id, a local path or 'tiny...')")
+
+
 @hookimpl
 def unstable_inference_backends() -> list[InferenceSpec]:
     return [
@@ -28,6 +33,7 @@ def unstable_inference_backends() -> list[InferenceSpec]:
             summary="transformers + peft generation, batched across games, several LoRA adapters resident",
             config=_inference_options(),
             factory=make_inference,
+            check_model=check_model,
         )
     ]
 

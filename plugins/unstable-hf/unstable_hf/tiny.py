@@ -15,6 +15,7 @@ Shorthand (in a config's ``[model] model = ...`` or on the command line)::
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -27,6 +28,8 @@ from urllib.parse import parse_qsl
 
 from pydantic import BaseModel, ConfigDict, Field
 
+#: bumped whenever the build gives another model for the same spec (cached models are rebuilt)
+BUILD_VERSION = 2
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -75,19 +78,23 @@ class TinySpec(BaseModel):
         return cls.model_validate(data)
 
     def key(self) -> str:
-        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
+        """Cache key: the spec and the version of the build recipe."""
+        return hashlib.sha256((self.model_dump_json() + f"|build{BUILD_VERSION}").encode()).hexdigest()[:16]
 
 
 def _scripted_games(spec: TinySpec, games: int, seed: int) -> list[tuple[str, str]]:
-    """(prompt, completion) pairs of the scripted agent playing itself on the spec's games."""
-    from unstable_core.builtin.env_textarena import TextArenaOptions, TextArenaProvider
-    from unstable_core.builtin.inference_scripted import AGENTS
-    from unstable_core.builtin.templates import TEMPLATES, FormatTemplate, extract_boxed_action
-    from unstable_core.types import EnvSpec
+    """(prompt, completion) pairs of the scripted agent playing itself on the spec's games,
+    through the components a run uses (env provider, template, scripted backend)."""
+    return asyncio.run(_play_scripted(spec, games, seed))
 
-    template = FormatTemplate(TEMPLATES[spec.template][1])
-    provider = TextArenaProvider(TextArenaOptions())
-    agent = AGENTS[spec.sft_agent]
+
+async def _play_scripted(spec: TinySpec, games: int, seed: int) -> list[tuple[str, str]]:
+    from unstable_core import EnvSpec, GenerationRequest, ModelRef, build_component
+
+    template = build_component("template", spec.template)
+    provider = build_component("env", "textarena")
+    agent = build_component("inference", "scripted")
+    ref = ModelRef(uid=spec.sft_agent, model=spec.sft_agent)
     rng = random.Random(seed)
     pairs = []
     for g in range(games):
@@ -97,9 +104,11 @@ def _scripted_games(spec: TinySpec, games: int, seed: int) -> list[tuple[str, st
         done, turns = False, 0
         while not done and turns < 100:
             _pid, obs = game.observe()
-            completion = agent(obs, rng)
-            pairs.append((template.render(obs), completion))
-            done, _ = game.step(extract_boxed_action(completion)[0])
+            prompt = template.render(obs)
+            request = GenerationRequest(model=ref, prompt=prompt, observation=obs, seed=rng.getrandbits(31))
+            completion = (await agent.generate(request)).text
+            pairs.append((prompt, completion))
+            done, _ = game.step(template.extract(completion)[0])
             turns += 1
         game.close()
     return pairs

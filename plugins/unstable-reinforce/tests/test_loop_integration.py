@@ -2,9 +2,8 @@
 
 import json
 
-from unstable_core.config import validate_config
-from unstable_core.plugins import load_plugins
-from unstable_core.runtime.loop import Loop
+import unstable_core
+from unstable_core import load_plugins
 
 import unstable_hf.plugin as hf_plugin
 import unstable_reinforce.plugin as reinforce_plugin
@@ -12,7 +11,7 @@ import unstable_reinforce.plugin as reinforce_plugin
 
 def test_two_updates_end_to_end(tiny_path, tmp_path):
     system = load_plugins(entry_points=False, extra=[("hf", hf_plugin), ("reinforce", reinforce_plugin)], strict=True)
-    cfg = validate_config({
+    cfg = {
         "name": "it", "train_envs": [{"env_id": "KuhnPoker-v0-train", "num_actors": 2, "template": "qwen3-zs"}],
         "opponents": ["random-valid"], "model": {"model": tiny_path},
         "inference": {"name": "hf", "device": "cpu", "max_tokens": 6, "batch_wait_ms": 5, "lora": {"rank": 4, "alpha": 8}},
@@ -20,14 +19,14 @@ def test_two_updates_end_to_end(tiny_path, tmp_path):
         "training": {"learning_steps": 2, "batch_size": 8, "save_every": 1, "filter_zero_advantage": False},
         "collection": {"num_train_games": 4, "num_eval_games": 4, "eval_games": 4, "transcripts": 1.0},
         "trackers": [{"name": "jsonl"}],
-    })
-    loop = Loop(cfg, system, tmp_path / "run")
-    end = loop.executor.run(loop)
-    assert end.status == "completed" and loop.learner.version == 2
-    assert loop.registry.current.uid == "ckpt-2"
+    }
+    job = unstable_core.build(cfg, run_dir=tmp_path / "run", plugins=system)
+    end = job.start()
+    assert end.status == "completed" and job.roles.learner.learner.version == 2
+    assert job.roles.league.registry.current.uid == "ckpt-2"
     for uid in ("ckpt-1", "ckpt-2"):
         assert (tmp_path / "run" / "checkpoints" / uid / "adapter_model.safetensors").exists()
-    backend = loop._backends["hf"]
+    backend = job.roles.rollouts[0].backend("hf")
     assert "ckpt-2" in backend._adapters and len(backend._bases) == 1  # final eval served by the new adapter
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     trains = [r for r in records if r["type"] == "train"]

@@ -39,8 +39,6 @@ def split_body_and_head(causal_lm: Any) -> tuple[Any, Any]:
 
 
 class ReinforceLearner:
-    blocking = True  # the local executor trains in a worker thread while games go on
-
     def __init__(self, options: ReinforceOptions, model: str, seed: int = 0, causal_lm: Any = None) -> None:
         self.options = options
         self.base_model = model

@@ -12,10 +12,9 @@ from .options import ReinforceOptions
 def make_learner(options: ReinforceOptions, ctx: BuildContext) -> Any:
     from .learner import ReinforceLearner
 
-    model = (ctx.config.get("model") or {}).get("model")
-    if not model:
+    if ctx.model is None or not ctx.model.model:
         raise UnstableError("the reinforce learner needs [model] model = ... (the model being trained)")
-    return ReinforceLearner(options, model, seed=ctx.seed)
+    return ReinforceLearner(options, ctx.model.model, seed=ctx.seed)
 
 
 @hookimpl
@@ -26,5 +25,7 @@ def unstable_learners() -> list[LearnerSpec]:
             summary="REINFORCE on LoRA: -advantage x sum of completion-token logprobs / normaliser",
             config=ReinforceOptions,
             factory=make_learner,
+            blocking=True,  # the update runs in a worker thread while games go on
+            drop_zero_advantage=True,  # a zero advantage carries no REINFORCE gradient
         )
     ]

@@ -5,8 +5,7 @@ from collections import Counter
 import pytest
 import trueskill
 
-from unstable_core import Checkpoint, EnvSpec, ModelRef
-from unstable_core.runtime.registry import ModelRegistry
+from unstable_core import Checkpoint, EnvSpec, ModelRef, ModelRegistry
 from unstable_core.testing import ModelSamplerContract, RaterContract, sample_result
 
 import unstable_trueskill.plugin as plugin
@@ -130,9 +129,12 @@ def test_max_active_caps_checkpoints():
     for v in range(1, 6):
         reg.add_checkpoint(Checkpoint(uid=f"ckpt-{v}", version=v, path="/x"), base)
     sampler = RatingSampler(SamplerOptions(max_active=2), "ts-dist")
+    before = json.dumps(reg.snapshot(), sort_keys=True)
     cands = sampler.candidates(reg.current, reg)
     assert [c.uid for c in cands] == ["ckpt-4"]  # last two are 4 and 5; 5 is the anchor
-    assert not reg.get("ckpt-1").active
+    sampler.sample(EnvSpec(env_id="x"), reg.current, 50, reg, random.Random(0))
+    assert json.dumps(reg.snapshot(), sort_keys=True) == before, "a sampler changed the registry it was shown"
+    assert reg.get("ckpt-1").active
 
 
 def test_tournament_ranks_greedy_above_random(tmp_path):

@@ -138,11 +138,9 @@ class RatingSampler:
         self.env = trueskill.TrueSkill(beta=options.beta, backend=None)
 
     def candidates(self, anchor: ModelRef, registry: Any) -> list[ModelRef]:
-        active = registry.active_checkpoints(None)
-        if self.options.max_active:
-            keep = active[-self.options.max_active :]
-            registry.set_active(r.uid for r in keep)
-            active = keep
+        """Fixed opponents and the last ``max_active`` active checkpoints (read only: a sampler
+        never changes the registry it is shown)."""
+        active = registry.active_checkpoints(self.options.max_active)
         pool = registry.fixed() + active
         out = [r for r in pool if self.options.include_anchor or r.uid != anchor.uid]
         return out or [anchor]

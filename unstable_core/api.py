@@ -1,0 +1,189 @@
+"""The Python API: ``run(config)`` and the ``build(config)`` builder. The CLI is a thin layer
+over it.
+
+    import unstable_core
+    result = unstable_core.run("examples/tournament.toml", run_dir="runs/t1")
+    for r in result.eval_records:
+        print(r.env_id, r.model, r.opponent, r.win_rate)
+
+    job = unstable_core.build({"name": "toy", ...}, overrides=["training.learning_steps=5"])
+    result = job.start()          # blocks; job.stop() from another thread ends it cleanly
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .config import RunConfig, apply_overrides, load_config, validate_config
+from .errors import ConfigError, RunFailed, RunInterrupted
+from .records import EvalRecord
+from .types import RunEndContext, RunStartContext
+
+
+class RunResult(BaseModel):
+    """How a run ended."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    status: Literal["completed", "interrupted", "failed"]
+    run_dir: str
+    learner_steps: int = 0
+    games_played: int = 0
+    eval_records: list[EvalRecord] = Field(default_factory=list, description="Every evaluation (or tournament) record.")
+    error: str | None = None
+
+
+def load_run_config(config: str | os.PathLike[str] | Mapping[str, Any] | RunConfig, overrides: Iterable[str] = ()) -> tuple[RunConfig, str]:
+    """(validated config, where it came from) from a path, a dict or a RunConfig."""
+    overrides = list(overrides)
+    if isinstance(config, RunConfig):
+        if not overrides:
+            return config, "<RunConfig>"
+        return validate_config(apply_overrides(config.model_dump(mode="json"), overrides), "<RunConfig>"), "<RunConfig>"
+    if isinstance(config, Mapping):
+        return validate_config(apply_overrides(dict(config), overrides), "<dict>"), "<dict>"
+    if isinstance(config, (str, os.PathLike)):
+        return load_config(config, overrides), str(config)
+    raise ConfigError(f"config must be a path, a dict or a RunConfig, not {type(config).__name__}")
+
+
+def default_run_dir(name: str) -> str:
+    return str(Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}")
+
+
+class Run:
+    """A checked run, ready to start: config validated, components resolved, every environment
+    and model checked, nothing written yet (``build`` makes one)."""
+
+    def __init__(self, plan: Any, plugins: Any) -> None:
+        self.plan = plan
+        self.plugins = plugins
+        self.run_dir = plan.run_dir
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[Any] | None = None
+        self._signal: int | None = None
+        self._result = RunResult(status="interrupted", run_dir=self.run_dir)
+        #: the executor's role handles once started (in-process role objects with `local`)
+        self.roles: Any = None
+
+    def start(self) -> RunResult:
+        """Run to the end in this thread. Ctrl-C and SIGTERM stop it cleanly, everything
+        flushed, and raise ``RunInterrupted`` (exit status 130 / 143 in the CLI); ``stop()``
+        from another thread returns a result with status ``interrupted``."""
+        return asyncio.run(self._main())
+
+    def stop(self) -> None:
+        """Stop a started run from any thread (or a callback): it ends as ``interrupted``."""
+        if self._loop is not None and self._task is not None:
+            self._loop.call_soon_threadsafe(self._task.cancel)
+
+    async def _main(self) -> RunResult:
+        self._loop, self._task = asyncio.get_running_loop(), asyncio.current_task()
+        handled = []
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._loop.add_signal_handler(signum, self._on_signal, signum)
+                handled.append(signum)
+        try:
+            return await self.run_async()
+        except asyncio.CancelledError:
+            if self._signal is not None:
+                raise RunInterrupted(self._signal) from None
+            return self._result
+        finally:
+            for signum in handled:
+                self._loop.remove_signal_handler(signum)
+
+    def _on_signal(self, signum: int) -> None:
+        if self._signal is None and self._task is not None:
+            self._signal = signum
+            self._task.cancel()
+
+    async def run_async(self) -> RunResult:
+        """Run to the end on the running event loop."""
+        from .runtime.driver import Driver
+        from .runtime.output import RunOutput, prepare_run_dir
+        from .runtime.plan import Builder
+        from .runtime.runner import describe_error
+
+        plan, plugins = self.plan, self.plugins
+        prepare_run_dir(plan.run_dir)
+        output = RunOutput(plan, plugins)
+        executor = Builder(plan, plugins).build("executor")
+        driver: Driver | None = None
+        status, error = "completed", None
+        try:
+            output.write_json("config.json", {"config": plan.config.model_dump(mode="json"),
+                                              "components": {k: {"name": r.name, **r.options} for k, r in plan.recipes.items()}})
+            records = [r.as_dict() for r in plugins.plugin_records()]
+            output.write_json("plugins.json", records)
+            self.roles = executor.start(plan)
+            driver = Driver(plan, self.roles, output, plugins)
+            output.write_json("registry.json", await driver.roles.league.snapshot())
+            plugins.call_lifecycle("unstable_run_start", ctx=RunStartContext(
+                run_dir=self.run_dir, config=plan.config.model_dump(mode="json"), plugins=records))
+            await driver.run()
+            state = driver.state
+            if state.games_played and sum(state.failures.values()) == state.games_played:
+                raise RunFailed(f"every game failed ({state.games_played}); failures by reason: {dict(state.failures)}")
+        except asyncio.CancelledError:
+            status = "interrupted"
+            raise
+        except BaseException as exc:
+            status, error = "failed", describe_error(exc)
+            raise
+        finally:
+            self._result = await self._finish(driver, output, executor, status, error)
+        return self._result
+
+    async def _finish(self, driver: Any, output: Any, executor: Any, status: str, error: str | None) -> RunResult:
+        """Flush everything, whatever happened; a failure here does not hide the first one."""
+        steps = games = 0
+        records: list[EvalRecord] = []
+        if driver is not None:
+            try:
+                await driver.summary()  # with the final ratings record
+                output.write_json("registry.json", await driver.roles.league.snapshot())
+            except Exception:
+                if status == "completed":
+                    raise
+            steps, games, records = driver.state.step, driver.state.games_played, driver.state.eval_records
+        close_errors = output.close()
+        executor.shutdown()
+        end = RunEndContext(run_dir=self.run_dir, learner_steps=steps, games_played=games, status=status, error=error)
+        self.plugins.call_lifecycle("unstable_run_end", ctx=end)
+        if close_errors and status == "completed":
+            raise RunFailed("; ".join(close_errors))
+        return RunResult(status=status, run_dir=self.run_dir, learner_steps=steps, games_played=games,
+                         eval_records=records, error=error)
+
+
+def build(config: str | os.PathLike[str] | Mapping[str, Any] | RunConfig, *, run_dir: str | os.PathLike[str] | None = None,
+          overrides: Iterable[str] = (), plugins: Any = None) -> Run:
+    """Check a config (a TOML path, a dict or a RunConfig) and make its run, not started yet.
+    Raises ConfigError / PluginError (exit status 2 in the CLI) for anything wrong with it."""
+    from .runtime.plan import make_plan
+
+    cfg, source = load_run_config(config, overrides)
+    if plugins is None:
+        from .plugins import get_plugin_system
+
+        plugins = get_plugin_system()
+    directory = str(run_dir) if run_dir is not None else (cfg.run_dir or default_run_dir(cfg.name))
+    return Run(make_plan(cfg, plugins, directory, source), plugins)
+
+
+def run(config: str | os.PathLike[str] | Mapping[str, Any] | RunConfig, *, run_dir: str | os.PathLike[str] | None = None,
+        overrides: Iterable[str] = (), plugins: Any = None) -> RunResult:
+    """Build and start a run; return how it ended (``eval_records`` holds the evaluation or
+    tournament records). A run that cannot go on raises RunFailed."""
+    return build(config, run_dir=run_dir, overrides=overrides, plugins=plugins).start()

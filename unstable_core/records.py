@@ -1,0 +1,128 @@
+"""Metrics records: the contract between the driver and every tracker.
+
+A tracker's ``log(record)`` receives one of these pydantic models; ``record.type`` says which.
+The ``jsonl`` tracker writes ``record.model_dump(mode="json")``, one line each, so the names
+below are also the keys of ``metrics.jsonl``. ``step`` is always the learner step (updates made
+so far); ``time`` is seconds since the run started.
+
+=============== ===================================================================================
+``train``       one per learner update: the learner's metrics plus the driver's
+``eval``        one per (evaluation round, env, model, opponent); in a tournament one per (env,
+                agent, opponent)
+``eval_skipped`` an evaluation round a plugin vetoed (``unstable_validation_start``)
+``summary``     every second and at the end: games, throughput, failures, buffer, per-env totals
+``ratings``     with every summary: the rater's numbers per model
+``game``        one per game, only for trackers with ``wants_game_records = True``
+=============== ===================================================================================
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Record(BaseModel):
+    """Base of every metrics record."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+
+    type: str
+    step: int = Field(0, description="Learner updates made when the record was written.")
+    time: float = Field(0.0, description="Seconds since the run started.")
+
+
+class TrainRecord(Record):
+    """One learner update. Besides the fields below it carries every metric the learner
+    returned (``loss``, ``grad_norm``, ... : floats), as extra keys."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: Literal["train"] = "train"
+    staleness_mean: float = Field(description="Mean of (step - 1 - policy version) over the batch's turns.")
+    staleness_max: float = Field(description="Largest staleness in the batch.")
+    batch_steps: float = Field(description="Steps the learner received.")
+    dropped: float = Field(0.0, description="Steps dropped by the zero-advantage filter before this update.")
+
+
+class EvalRecord(Record):
+    type: Literal["eval"] = "eval"
+    env_id: str
+    model: str = Field(description="The evaluated model (in a tournament: the agent counted).")
+    opponent: str
+    games: int
+    failed: int = 0
+    win_rate: float
+    draw_rate: float
+    loss_rate: float
+    invalid_rate: float = Field(description="Games in which the model made an invalid move.")
+    format_rate: float = Field(description="Turns with a well-formed answer.")
+
+
+class EvalSkippedRecord(Record):
+    type: Literal["eval_skipped"] = "eval_skipped"
+    model: str
+
+
+class EnvTotals(BaseModel):
+    """Running totals of one (mode, env) since the start, from the anchor seat's side."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+
+    games: int
+    failed: int
+    win_rate: float
+    draw_rate: float
+    loss_rate: float
+    invalid_rate: float
+    mean_turns: float
+
+
+class SummaryRecord(Record):
+    type: Literal["summary"] = "summary"
+    games: int = Field(description="Games played so far (every mode).")
+    games_per_s: float
+    failed: int
+    failures: dict[str, int] = Field(default_factory=dict, description="Failed games per reason (exception type).")
+    buffer_size: int = 0
+    buffer_capacity: int = 0
+    dropped_zero_advantage: int = 0
+    envs: dict[str, dict[str, EnvTotals]] = Field(default_factory=dict, description="{mode: {env_id: totals}}.")
+
+
+class RatingsRecord(Record):
+    type: Literal["ratings"] = "ratings"
+    games: int
+    ratings: dict[str, dict[str, float]] = Field(description="uid -> the rater's numbers (mu, sigma, score, ...).")
+
+
+class GameRecord(Record):
+    type: Literal["game"] = "game"
+    game_idx: int
+    mode: str
+    env_id: str
+    outcome: str
+    error: str | None = None
+    seats: list[str]
+    rewards: dict[str, float]
+    num_turns: int
+    anchor: str | None = None
+    anchor_outcome: str | None = None
+    invalid: bool = False
+    duration_s: float = 0.0
+
+
+RECORD_TYPES: tuple[type[Record], ...] = (
+    TrainRecord, EvalRecord, EvalSkippedRecord, SummaryRecord, RatingsRecord, GameRecord,
+)
+
+__all__ = [
+    "Record", "TrainRecord", "EvalRecord", "EvalSkippedRecord", "EnvTotals", "SummaryRecord", "RatingsRecord",
+    "GameRecord", "RECORD_TYPES",
+]
+
+
+def as_dict(record: Record) -> dict[str, Any]:
+    """The JSON form of a record (what ``metrics.jsonl`` holds)."""
+    return record.model_dump(mode="json")

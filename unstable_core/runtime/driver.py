@@ -1,0 +1,292 @@
+"""The driver: the one control flow of a run, against role handles (DESIGN's data flow).
+
+    drive:      run start -> (train | tournament) -> run end
+    train:      evaluate(0) -> [collect lanes || update loop] -> evaluate(final)
+    collect:    schedule -> play -> ingest (record + add + transcripts + hooks), back-pressured
+    update:     draw -> filter -> update -> checkpoint -> publish + verify -> evaluate (every N)
+
+Every role is awaited through its handle (in-process objects with the local executor, actors
+with a distributed one). Lifecycle hooks and trackers run here only. A stage that raises stops
+the whole run at once (``asyncio.TaskGroup``): nothing waits on a dead stage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ComponentError, RunFailed
+from ..records import EvalRecord, EvalSkippedRecord, RatingsRecord, SummaryRecord, TrainRecord
+from ..types import Batch, BatchEndContext, CheckpointContext, GameEndContext, GameResult, GameSpec, ValidationEndContext, ValidationStartContext
+from .output import RunOutput
+from .stats import CollectionStats, OutcomeAggregator
+
+SUMMARY_EVERY_S = 1.0
+LANES_PER_ROLLOUT = 4  # concurrent batches per rollout replica: one finishes while others play
+MAX_FAILURES_IN_A_ROW = 200
+
+
+def first_error(group: BaseExceptionGroup) -> BaseException:
+    """The first error in a (nested) exception group that is not a cancellation."""
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            exc = first_error(exc)
+        if not isinstance(exc, asyncio.CancelledError):
+            return exc
+    return group.exceptions[0]
+
+
+@dataclass
+class RoleHandles:
+    """What an executor's ``start(plan)`` returns: awaitable handles of the roles."""
+
+    league: Any
+    rollouts: list[Any]
+    buffer: Any
+    learner: Any | None = None
+
+
+@dataclass
+class DriverState:
+    step: int = 0  # learner updates made
+    games_played: int = 0
+    failures: Counter[str] = field(default_factory=Counter)
+    failures_in_a_row: int = 0
+    dropped: int = 0
+    empty_batches: int = 0
+    eval_records: list[EvalRecord] = field(default_factory=list)
+
+
+class Driver:
+    def __init__(self, plan: Any, roles: RoleHandles, output: RunOutput, system: Any) -> None:
+        self.cfg = plan.config
+        self.run_dir = plan.run_dir
+        self.roles = roles
+        self.out = output
+        self.system = system
+        self.state = DriverState()
+        self.stats = CollectionStats()
+        self.stopping = False
+        self.grew, self.drained = asyncio.Event(), asyncio.Event()  # buffer grew / a batch was drawn
+        self.last_summary = 0.0
+        self.capacity = 0
+
+    # -- the stages -------------------------------------------------------------------------------
+    async def run(self) -> None:
+        self.capacity = await self.roles.buffer.capacity()
+        try:
+            if self.roles.learner is not None:
+                await self.train()
+            else:
+                await self.tournament()
+        except BaseExceptionGroup as group:  # a stage died: its own error, not the group's
+            raise first_error(group) from None
+
+    async def tournament(self) -> None:
+        remaining = self.cfg.collection.tournament_games
+        league = self.roles.league
+
+        async def next_specs(n: int) -> list[GameSpec]:
+            nonlocal remaining
+            n = min(n, remaining)
+            remaining -= n
+            return await league.schedule(n, "tournament") if n else []
+
+        agg = OutcomeAggregator(anchor=None)
+        await self.lanes(self.cfg.collection.num_train_games, next_specs, agg.add_all)
+        self.publish_eval(agg.records(0, self.out.now()))
+
+    async def train(self) -> None:
+        tc = self.cfg.training
+        await self.evaluate(0)
+        settings = await self.roles.learner.settings()
+        evals: list[asyncio.Task[Any]] = []
+        async with asyncio.TaskGroup() as group:
+            collector = group.create_task(self.lanes(self.cfg.collection.num_train_games, self.next_train_specs))
+            while self.state.step < tc.learning_steps:
+                batch = await self.next_batch(settings["drop_zero_advantage"])
+                if batch is None:
+                    continue
+                await self.update(batch)
+                if self.state.step % tc.save_every == 0 or self.state.step == tc.learning_steps:
+                    await self.checkpoint()
+                if tc.eval_every and self.state.step % tc.eval_every == 0 and self.state.step < tc.learning_steps:
+                    evals.append(group.create_task(self.evaluate(self.state.step)))
+            self.stopping = True
+            collector.cancel()
+        await self.evaluate(self.state.step)
+
+    # -- collection -------------------------------------------------------------------------------
+    async def lanes(self, limit: int, next_specs: Callable[[int], Awaitable[list[GameSpec]]],
+                    on_results: Callable[[list[GameResult]], None] | None = None) -> None:
+        """Keep about ``limit`` games in flight over the rollout replicas, in batches."""
+        rollouts = self.roles.rollouts
+        count = max(1, min(limit, LANES_PER_ROLLOUT * len(rollouts)))
+        chunk = max(1, math.ceil(limit / count))
+
+        async def lane(rollout: Any) -> None:
+            last_yield = time.monotonic()
+            while True:
+                specs = await next_specs(chunk)
+                if not specs:
+                    return
+                results = await rollout.play(specs)
+                await self.ingest(results)
+                if on_results is not None:
+                    on_results(results)
+                del results, specs  # a waiting lane holds no finished game
+                # games whose agents answer at once never suspend: yield every few ms so that
+                # other lanes, the learner and signals get their turn
+                now = time.monotonic()
+                if now - last_yield > 0.002:
+                    last_yield = now
+                    await asyncio.sleep(0)
+
+        async with asyncio.TaskGroup() as group:
+            for i in range(count):
+                group.create_task(lane(rollouts[i % len(rollouts)]))
+
+    async def next_train_specs(self, n: int) -> list[GameSpec]:
+        while not self.stopping:
+            self.drained.clear()
+            if await self.roles.buffer.size() < self.capacity:
+                return await self.roles.league.schedule(n, "train")
+            await self.drained.wait()  # back-pressure: the buffer is full until a batch is drawn
+        return []
+
+    async def ingest(self, results: list[GameResult]) -> None:
+        state = self.state
+        await self.roles.league.record(results)
+        await self.roles.buffer.add(results)
+        self.out.games(results, state.step)
+        game_end = bool(self.system.hook.unstable_game_end.get_hookimpls())
+        for result in results:
+            self.stats.add(result)
+            state.games_played += 1
+            if game_end:  # the context is built only for listeners
+                self.system.call_lifecycle("unstable_game_end", ctx=GameEndContext(run_dir=self.run_dir, result=result))
+            if result.outcome == "failed":
+                state.failures[(result.error or "unknown").split(":")[0]] += 1
+                state.failures_in_a_row += 1
+                self.check_failures(result)
+            else:
+                state.failures_in_a_row = 0
+        self.grew.set()
+        if self.out.now() - self.last_summary >= SUMMARY_EVERY_S:
+            await self.summary()
+
+    def check_failures(self, result: GameResult) -> None:
+        limit = self.cfg.collection.max_game_failures
+        total = sum(self.state.failures.values())
+        if (limit is not None and total > limit) or self.state.failures_in_a_row >= MAX_FAILURES_IN_A_ROW:
+            raise RunFailed(
+                f"{total} games failed ({self.state.failures_in_a_row} in a row); last error: {result.error}. "
+                f"Failures by reason: {dict(self.state.failures)}"
+            )
+
+    # -- training ---------------------------------------------------------------------------------
+    async def next_batch(self, drop_zero_advantage: bool) -> Batch | None:
+        tc, buffer = self.cfg.training, self.roles.buffer
+        self.grew.clear()
+        if await buffer.size() < tc.batch_size:
+            await self.grew.wait()
+            return None
+        batch = await buffer.draw(tc.batch_size, self.state.step)
+        self.drained.set()  # collection may resume
+        if drop_zero_advantage:
+            keep = [s for s in batch.steps if s.reward != 0.0]
+            dropped = len(batch.steps) - len(keep)
+            self.state.dropped += dropped
+            batch = batch.model_copy(update={"steps": keep, "dropped": dropped})
+        if batch.steps:
+            self.state.empty_batches = 0
+            return batch
+        self.state.empty_batches += 1
+        if self.state.empty_batches >= tc.max_empty_batches:
+            raise RunFailed(
+                f"{self.state.empty_batches} batches in a row had only zero-advantage steps (every game a draw or every "
+                "reward equal): the policy may have collapsed. Change the opponents or reward transforms, or set "
+                "training.filter_zero_advantage = false."
+            )
+        return None
+
+    async def update(self, batch: Batch) -> None:
+        metrics = await self.roles.learner.update(batch)
+        self.state.step += 1
+        step = self.state.step
+        versions = [s.turn.policy_version for s in batch.steps]
+        derived = {"staleness_mean": step - 1 - sum(versions) / len(versions), "staleness_max": float(step - 1 - min(versions)),
+                   "batch_steps": float(len(batch.steps)), "dropped": float(batch.dropped)}
+        metrics.update(derived)
+        self.out.log(TrainRecord(step=step, time=self.out.now(), **metrics))
+        self.system.call_lifecycle("unstable_batch_end", ctx=BatchEndContext(run_dir=self.run_dir, learner_step=step,
+                                                                             metrics=metrics, batch_size=len(batch.steps)))
+
+    async def checkpoint(self) -> None:
+        """Save, publish to every rollout replica and check the version each serves, then make
+        the checkpoint current: no game is scheduled with a checkpoint a replica lacks."""
+        uid = f"ckpt-{self.state.step}"
+        ckpt = await self.roles.learner.save(f"{self.run_dir}/checkpoints/{uid}", uid)
+        for rollout in self.roles.rollouts:
+            await rollout.set_policy(ckpt)
+        await self.roles.league.add_checkpoint(ckpt)
+        self.out.write_json("registry.json", await self.roles.league.snapshot())
+        self.system.call_lifecycle("unstable_checkpoint_saved", ctx=CheckpointContext(run_dir=self.run_dir, checkpoint=ckpt))
+
+    # -- evaluation -------------------------------------------------------------------------------
+    async def evaluate(self, step: int) -> list[EvalRecord]:
+        c, league = self.cfg.collection, self.roles.league
+        fixed = await league.fixed()
+        if not fixed or not self.cfg.evaluation_envs or c.eval_games == 0:
+            return []
+        current = await league.current()
+        ctx = ValidationStartContext(run_dir=self.run_dir, learner_step=step, model=current,
+                                     env_ids=[e.env_id for e in self.cfg.evaluation_envs], opponents=[o.uid for o in fixed])
+        votes = self.system.call_lifecycle("unstable_validation_start", ctx=ctx)
+        for plugin, vote in votes:
+            if not isinstance(vote, bool):
+                raise ComponentError(f"{self.system.describe(plugin)}: hook unstable_validation_start returned {vote!r}; "
+                                     "expected True, False or None")
+        if any(vote is False for _, vote in votes):
+            self.out.log(EvalSkippedRecord(step=step, time=self.out.now(), model=current.uid if current else ""))
+            return []
+        model, specs = await league.eval_specs(step)
+        if model is None or not specs:
+            return []
+        taken = 0
+
+        async def next_specs(n: int) -> list[GameSpec]:
+            nonlocal taken
+            taken += n
+            return specs[taken - n : taken]
+
+        agg = OutcomeAggregator(anchor=model.uid)
+        await self.lanes(c.num_eval_games, next_specs, agg.add_all)
+        records = agg.records(step, self.out.now())
+        self.publish_eval(records)
+        self.system.call_lifecycle("unstable_validation_end", ctx=ValidationEndContext(
+            run_dir=self.run_dir, learner_step=step, records=[r.model_dump(mode="json") for r in records]))
+        return records
+
+    def publish_eval(self, records: list[EvalRecord]) -> None:
+        for record in records:
+            self.out.log(record)
+        self.state.eval_records += records
+
+    # -- summaries --------------------------------------------------------------------------------
+    async def summary(self) -> None:
+        self.last_summary = now = self.out.now()
+        self.out.flush()
+        state = self.state
+        self.out.log(SummaryRecord(
+            step=state.step, time=now, games=state.games_played, games_per_s=state.games_played / max(now, 1e-9),
+            failed=sum(state.failures.values()), failures=dict(state.failures), buffer_size=await self.roles.buffer.size(),
+            buffer_capacity=self.capacity, dropped_zero_advantage=state.dropped, envs=self.stats.snapshot(),
+        ))
+        snapshot = await self.roles.league.snapshot()
+        self.out.log(RatingsRecord(step=state.step, time=now, games=state.games_played, ratings=snapshot["ratings"]))

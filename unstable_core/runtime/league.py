@@ -1,0 +1,162 @@
+"""The league role: model registry, rater, env sampler and model sampler.
+
+It schedules games in batches (training, tournament and evaluation specs), records finished
+games (the only owner of match counts and ratings) and registers checkpoints. Components that
+subscribed to lifecycle events (the curriculum sampler) get ``unstable_game_end`` and
+``unstable_checkpoint_saved`` from here, wherever the league runs.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from ..errors import ComponentError
+from ..types import Checkpoint, CheckpointContext, EnvSpec, GameEndContext, GameResult, GameSpec, ModelRef, _trusted
+from .plan import Builder, RunPlan, guarded
+from .registry import ModelRegistry
+from .runner import derive_seed, index_seed
+
+
+class League:
+    def __init__(self, plan: RunPlan, system: Any) -> None:
+        cfg = plan.config
+        self.cfg = cfg
+        self.run_dir = plan.run_dir
+        self.builder = builder = Builder(plan, system)
+        self.registry = ModelRegistry()
+        for opponent in cfg.opponents:
+            self.registry.add(opponent.ref())
+        self.base_ref = cfg.model_ref()
+        if self.base_ref is not None:
+            self.registry.add(self.base_ref, current=True)
+        self.env_sampler = builder.build("env_sampler")
+        self.model_sampler = builder.build("model_sampler")
+        self.rater = builder.build("rater")
+        self.labels = {key: builder.label(key) for key in ("env_sampler", "model_sampler", "rater")}
+        self.listeners = builder.listeners
+        self.game_idx = 0
+        self.evaluated: set[tuple[str, str, str]] = set()
+        # one seeded stream for every scheduling draw: games are scheduled in index order, so the
+        # draws of game k are determined by the run seed
+        self.schedule_rng = random.Random(derive_seed(cfg.seed, "schedule"))
+        self.game_seed_key = derive_seed(cfg.seed, "games")
+        self.train_envs = list(cfg.train_envs)
+        self.env_ids = {e.env_id for e in cfg.train_envs + (cfg.eval_envs or [])}
+
+    # -- scheduling -------------------------------------------------------------------------------
+    async def schedule(self, n: int, mode: str) -> list[GameSpec]:
+        """The next ``n`` training (``mode="train"``) or tournament games."""
+        make = self._train_spec if mode == "train" else self._tournament_spec
+        return [make() for _ in range(n)]
+
+    def _sample_env(self, envs: list[EnvSpec]) -> EnvSpec:
+        env = guarded(self.labels["env_sampler"], "sample", self.env_sampler.sample, envs, self.schedule_rng)
+        if type(env) is not EnvSpec and not isinstance(env, EnvSpec):
+            raise ComponentError(f"{self.labels['env_sampler']}: sample returned {env!r}; expected one of the configured EnvSpecs")
+        if env.env_id not in self.env_ids:
+            raise ComponentError(
+                f"{self.labels['env_sampler']}: sample returned env {env.env_id!r}, which the config does not list "
+                f"(listed: {', '.join(sorted(self.env_ids))})"
+            )
+        return env
+
+    def _sample_opponents(self, env: EnvSpec, anchor: ModelRef, num_seats: int) -> list[ModelRef]:
+        label = self.labels["model_sampler"]
+        out = guarded(label, "sample", self.model_sampler.sample, env, anchor, num_seats, self.registry, self.schedule_rng)
+        entries = self.registry.entries
+        if not isinstance(out, (list, tuple)) or len(out) != num_seats:
+            raise ComponentError(f"{label}: sample returned {out!r}; expected a list of {num_seats} ModelRef(s)")
+        for ref in out:
+            if not isinstance(ref, ModelRef) or ref.uid not in entries:
+                raise ComponentError(
+                    f"{label}: sample returned {ref!r}; expected a ModelRef of a registered model "
+                    f"(registered: {', '.join(entries)})"
+                )
+        return list(out)
+
+    def _seat(self, env_n: int, anchor: ModelRef, actors: int, opponents: list[ModelRef]) -> tuple[list[ModelRef], list[int]]:
+        rng = self.schedule_rng
+        positions = [rng.randrange(env_n)] if actors == 1 else sorted(rng.sample(range(env_n), actors))
+        it = iter(opponents)
+        return [anchor if i in positions else next(it) for i in range(env_n)], positions
+
+    def _train_spec(self) -> GameSpec:
+        env = self._sample_env(self.train_envs)
+        anchor = self.registry.current
+        assert anchor is not None
+        actors = max(1, min(env.num_actors, env.num_players))
+        opponents = self._sample_opponents(env, anchor, env.num_players - actors)
+        seats, positions = self._seat(env.num_players, anchor, actors, opponents)
+        return self._spec(env, seats, positions, "train")
+
+    def _tournament_spec(self) -> GameSpec:
+        env = self._sample_env(self.train_envs or self.cfg.evaluation_envs)
+        anchor = self.schedule_rng.choice(self.registry.fixed())
+        opponents = self._sample_opponents(env, anchor, env.num_players - 1)
+        seats, _ = self._seat(env.num_players, anchor, 1, opponents)
+        return self._spec(env, seats, [], "tournament")
+
+    def _spec(self, env: EnvSpec, seats: list[ModelRef], train_seats: list[int], mode: str) -> GameSpec:
+        idx = self.game_idx
+        self.game_idx += 1
+        data = {
+            "game_idx": idx, "seed": index_seed(self.game_seed_key, idx), "env": env, "seats": seats,
+            "train_seats": train_seats, "mode": mode, "eval_step": None,
+        }
+        if type(env) is not EnvSpec:  # a subclass from a plugin: validated
+            return GameSpec.of(data)
+        return _trusted(GameSpec, data)  # every value checked above
+
+    async def eval_specs(self, step: int) -> tuple[ModelRef | None, list[GameSpec]]:
+        """The evaluation games of the current model against every fixed opponent on every
+        evaluation env not yet played at this model (the cap: one round per checkpoint)."""
+        model = self.registry.current
+        if model is None:
+            return None, []
+        specs = []
+        for env in self.cfg.evaluation_envs:
+            for opp in self.registry.fixed():
+                key = (model.uid, env.env_id, opp.uid)
+                if key in self.evaluated:
+                    continue
+                self.evaluated.add(key)
+                for k in range(self.cfg.collection.eval_games):
+                    seats = [opp] * env.num_players
+                    seats[k % env.num_players] = model
+                    idx = self.game_idx
+                    self.game_idx += 1
+                    specs.append(GameSpec(game_idx=idx, seed=derive_seed(self.cfg.seed, "eval", env.env_id, k), env=env,
+                                          seats=seats, mode="eval", eval_step=step))
+        return model, specs
+
+    # -- results ----------------------------------------------------------------------------------
+    async def record(self, results: list[GameResult]) -> None:
+        registry, rater, label = self.registry, self.rater, self.labels["rater"]
+        game_end = self.listeners.wants("unstable_game_end")
+        for result in results:
+            if result.outcome != "failed":
+                registry.record_game(result)
+                guarded(label, "update", rater.update, result, registry)
+            if game_end:
+                self.listeners.emit("unstable_game_end", GameEndContext(run_dir=self.run_dir, result=result))
+
+    async def add_checkpoint(self, checkpoint: Checkpoint) -> ModelRef:
+        """Register a learner checkpoint; it becomes the current model."""
+        assert self.base_ref is not None
+        ref = self.registry.add_checkpoint(checkpoint, self.base_ref)
+        if self.listeners.wants("unstable_checkpoint_saved"):
+            self.listeners.emit("unstable_checkpoint_saved", CheckpointContext(run_dir=self.run_dir, checkpoint=checkpoint))
+        return ref
+
+    async def current(self) -> ModelRef | None:
+        return self.registry.current
+
+    async def fixed(self) -> list[ModelRef]:
+        return self.registry.fixed()
+
+    async def snapshot(self) -> dict[str, Any]:
+        """The registry (models, counts, pairs, current) with the rater's numbers."""
+        snap = self.registry.snapshot()
+        snap["ratings"] = guarded(self.labels["rater"], "ratings", self.rater.ratings, self.registry)
+        return snap

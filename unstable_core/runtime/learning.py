@@ -1,0 +1,54 @@
+"""The learner role: ``update(batch) -> metrics`` and ``save(directory, uid) -> Checkpoint``.
+
+A learner that declares ``blocking`` on its record is updated in a worker thread, so the event
+loop of the process it runs in (games, in the local executor) keeps going."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from ..errors import ComponentError
+from ..types import Batch, Checkpoint
+from .plan import Builder, RunPlan, guarded
+
+
+class LearnerRole:
+    def __init__(self, plan: RunPlan, system: Any) -> None:
+        self.builder = builder = Builder(plan, system)
+        self.learner = builder.build("learner")
+        self.label = builder.label("learner")
+        spec = system.get("learner", plan.recipes["learner"].name)
+        self.blocking = spec.blocking
+        choice = plan.config.training.filter_zero_advantage
+        #: whether the driver drops zero-advantage steps before an update
+        self.drop_zero_advantage = spec.drop_zero_advantage if choice is None else choice
+
+    async def settings(self) -> dict[str, Any]:
+        return {"drop_zero_advantage": self.drop_zero_advantage, "version": int(self.learner.version)}
+
+    async def update(self, batch: Batch) -> dict[str, float]:
+        if self.blocking:
+            metrics = await asyncio.to_thread(guarded, self.label, "update", self.learner.update, batch)
+        else:
+            metrics = guarded(self.label, "update", self.learner.update, batch)
+        if not isinstance(metrics, dict):
+            raise ComponentError(f"{self.label}: update returned {type(metrics).__name__}; expected a dict of floats")
+        out = {}
+        for key, value in metrics.items():
+            if not isinstance(key, str) or isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ComponentError(f"{self.label}: update returned metric {key!r} = {value!r}; expected a number")
+            out[key] = float(value)
+        return out
+
+    async def save(self, directory: str, uid: str) -> Checkpoint:
+        if self.blocking:
+            ckpt = await asyncio.to_thread(guarded, self.label, "save_checkpoint", self.learner.save_checkpoint, directory, uid)
+        else:
+            ckpt = guarded(self.label, "save_checkpoint", self.learner.save_checkpoint, directory, uid)
+        if not isinstance(ckpt, Checkpoint):
+            raise ComponentError(f"{self.label}: save_checkpoint returned {type(ckpt).__name__}; expected a Checkpoint")
+        return ckpt
+
+    async def version(self) -> int:
+        return int(self.learner.version)

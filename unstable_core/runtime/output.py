@@ -1,0 +1,146 @@
+"""What a run writes, in the driver: the run directory, transcripts, and the trackers.
+
+The run directory is made (or refused: it already holds a run) before any role is built; every
+OS error on it is one line naming the path. Trackers are built here, from the plan, and each
+``log`` goes through ``RunOutput.log``, so a tracker that raises is named in the error.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from ..errors import ComponentError, UnstableError
+from ..records import GameRecord, Record
+from ..types import GameResult
+from .jsonio import json_line, write_json_atomic
+from .plan import Builder, RunPlan
+from .runner import describe_error, derive_seed, unit_hash
+from .stats import anchor_seat
+
+TRANSCRIPT_TEXT_LIMIT = 2000
+RUN_MARKERS = ("config.json", "metrics.jsonl", "registry.json")
+
+
+def _clip(text: str, limit: int = TRANSCRIPT_TEXT_LIMIT) -> str:
+    return text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} more chars]"
+
+
+def prepare_run_dir(path: str | os.PathLike[str]) -> Path:
+    """Make the run directory and its ``games/`` folder; refuse one that already holds a run."""
+    run_dir = Path(path)
+    try:
+        if run_dir.is_dir() and any((run_dir / m).exists() for m in RUN_MARKERS):
+            raise UnstableError(f"run directory {run_dir} already holds a run; choose another --run-dir")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "games").mkdir(exist_ok=True)
+        probe = run_dir / ".unstable-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else describe_error(exc)
+        raise UnstableError(f"run directory {str(run_dir)[:200]!r}: {reason}") from None
+    return run_dir
+
+
+class RunOutput:
+    def __init__(self, plan: RunPlan, system: Any) -> None:
+        self.plan = plan
+        self.run_dir = Path(plan.run_dir)
+        self.start = time.monotonic()
+        builder = Builder(plan, system)
+        keys = [f"trackers.{i}" for i in range(len(plan.config.trackers))]
+        self.trackers = [(builder.label(k), builder.build(k)) for k in keys]
+        self.game_trackers = [(label, t) for label, t in self.trackers if t.wants_game_records]
+        self.transcript_key = derive_seed(plan.config.seed, "transcripts")
+        self._transcripts: dict[str, Any] = {}
+
+    def now(self) -> float:
+        return round(time.monotonic() - self.start, 3)
+
+    def write_json(self, name: str, data: Any) -> None:
+        try:
+            write_json_atomic(self.run_dir / name, data)
+        except OSError as exc:
+            raise UnstableError(f"run directory {self.run_dir}: cannot write {name}: {exc.strerror or exc}") from None
+
+    # -- trackers ---------------------------------------------------------------------------------
+    def log(self, record: Record) -> None:
+        for label, tracker in self.trackers:
+            self._log(label, tracker, record)
+
+    @staticmethod
+    def _log(label: str, tracker: Any, record: Record) -> None:
+        try:
+            tracker.log(record)
+        except UnstableError:
+            raise
+        except Exception as exc:
+            raise ComponentError(f"{label}: log raised {describe_error(exc)}") from exc
+
+    # -- games ------------------------------------------------------------------------------------
+    def games(self, results: list[GameResult], step: int) -> None:
+        """Transcripts (a seeded sample) and per-game records for trackers that want them."""
+        for result in results:
+            if self.game_trackers:
+                record = game_record(result, step, self.now())
+                for label, tracker in self.game_trackers:
+                    self._log(label, tracker, record)
+            self._transcript(result, step)
+
+    def _transcript(self, result: GameResult, step: int) -> None:
+        c = self.plan.config.collection
+        game = result.game
+        frac = c.eval_transcripts if game.mode == "eval" else c.transcripts
+        # a fixed, seed-determined subset of game indices
+        if frac <= 0 or (frac < 1 and unit_hash(self.transcript_key, game.game_idx) >= frac):
+            return
+        fh = self._transcripts.get(game.mode)
+        if fh is None:
+            try:
+                fh = self._transcripts[game.mode] = open(self.run_dir / "games" / f"{game.mode}.jsonl", "a", encoding="utf-8", buffering=1 << 20)
+            except OSError as exc:
+                raise UnstableError(f"run directory {self.run_dir}: cannot write games/{game.mode}.jsonl: {exc.strerror or exc}") from None
+        turns = sorted((t for tr in result.trajectories for t in tr.turns), key=lambda t: t.index)
+        fh.write(json_line({
+            "game_idx": game.game_idx, "mode": game.mode, "env_id": game.env.env_id, "seed": game.seed, "step": step,
+            "seats": [{"player_id": i, "uid": r.uid, "version": r.version} for i, r in enumerate(game.seats)],
+            "train_seats": game.train_seats, "rewards": result.rewards, "outcome": result.outcome, "error": result.error,
+            "turns": [
+                {"player_id": t.player_id, "observation": _clip(t.observation), "completion": _clip(t.completion),
+                 "action": _clip(t.action, 200), "format_ok": t.format_ok, "invalid": t.invalid, "policy_version": t.policy_version}
+                for t in turns
+            ],
+        }))  # flushed with each summary and at the end
+
+    def flush(self) -> None:
+        for fh in self._transcripts.values():
+            fh.flush()
+
+    def close(self) -> list[str]:
+        """Close transcripts and trackers; return the errors of trackers that failed to close."""
+        errors = []
+        for fh in self._transcripts.values():
+            fh.close()
+        self._transcripts.clear()
+        for label, tracker in self.trackers:
+            try:
+                tracker.close()
+            except Exception as exc:
+                errors.append(f"{label}: close raised {describe_error(exc)}")
+        return errors
+
+
+def game_record(result: GameResult, step: int, time_s: float) -> GameRecord:
+    g = result.game
+    anchor = anchor_seat(g)
+    traj = result.trajectories[anchor] if anchor < len(result.trajectories) else None
+    return GameRecord(
+        step=step, time=time_s, game_idx=g.game_idx, mode=g.mode, env_id=g.env.env_id, outcome=result.outcome,
+        error=result.error, seats=[r.uid for r in g.seats], rewards={str(k): v for k, v in result.rewards.items()},
+        num_turns=result.num_turns, anchor=g.seats[anchor].uid if g.seats else None,
+        anchor_outcome=result.outcome_for(anchor) if result.outcome != "failed" else None,
+        invalid=bool(traj and traj.made_invalid_move), duration_s=round(result.duration_s, 6),
+    )

@@ -1,0 +1,52 @@
+"""The buffer role: the reward pipelines and the buffer.
+
+``add(results)`` turns each finished game into steps with the final and step transforms applied
+(by the core, so a third-party buffer cannot forget them) and stores them; ``draw(n, version)``
+takes steps out and applies the sampling transforms.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import ComponentError
+from ..types import Batch, GameResult, Step
+from .plan import Builder, RunPlan, guarded
+from .rewards import RewardPipelines
+
+
+class BufferRole:
+    def __init__(self, plan: RunPlan, system: Any) -> None:
+        self.builder = builder = Builder(plan, system)
+        reward = plan.config.reward
+        keys = [[f"reward.{stage}.{i}" for i in range(len(getattr(reward, stage)))] for stage in ("final", "step", "sampling")]
+        self.rewards = RewardPipelines(
+            *[[builder.build(key) for key in stage] for stage in keys], labels=[builder.label(k) for stage in keys for k in stage]
+        )
+        self.buffer = builder.build("buffer")
+        self.label = builder.label("buffer")
+        self._capacity = int(self.buffer.capacity)
+
+    async def add(self, results: list[GameResult]) -> int:
+        """Store the trained seats of the finished training games; return the steps stored."""
+        added = 0
+        for result in results:
+            if result.game.mode != "train":
+                continue
+            episodes = self.rewards.episodes(result)
+            if episodes:
+                added += guarded(self.label, "add", self.buffer.add, episodes)
+        return added
+
+    async def draw(self, n: int, learner_version: int) -> Batch:
+        steps = guarded(self.label, "draw", self.buffer.draw, n)
+        if not isinstance(steps, list) or not all(isinstance(s, Step) for s in steps):
+            raise ComponentError(f"{self.label}: draw returned {type(steps).__name__}; expected a list of Step")
+        steps = self.rewards.sampling(steps)
+        return Batch(steps=steps, learner_version=learner_version)
+
+    async def capacity(self) -> int:
+        return self._capacity
+
+    async def size(self) -> int:
+        return int(self.buffer.size())

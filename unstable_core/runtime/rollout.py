@@ -1,0 +1,73 @@
+"""The rollout role: env provider, templates, inference backends and the game runner.
+
+``play(specs)`` plays a batch of games concurrently on one event loop, so that a batching
+backend serves every game in flight together; ``set_policy(checkpoint)`` hands a new checkpoint
+to the backend of the model being trained, which confirms the version it now serves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from ..errors import ComponentError, RunFailed
+from ..types import Checkpoint, GameResult, GameSpec
+from .plan import Builder, RunPlan
+from .runner import GameRunner, describe_error
+
+
+class Rollout:
+    def __init__(self, plan: RunPlan, system: Any) -> None:
+        cfg = plan.config
+        self.builder = builder = Builder(plan, system)
+        self.trained_backend = cfg.inference.name
+        self.env_provider = builder.build("env")
+        self._templates: dict[str, Any] = {}
+        self._backends: dict[str, Any] = {}
+        self.runner = GameRunner(
+            self.env_provider, self.template, self.backend, cfg.collection.max_turns, cfg.collection.max_action_chars
+        )
+        # build every backend a seat can name now: a broken one fails before the first game
+        for ref in [o.ref() for o in cfg.opponents] + ([cfg.model_ref()] if cfg.model is not None else []):
+            self.backend(ref.backend)
+
+    def template(self, name: str) -> Any:
+        template = self._templates.get(name)
+        if template is None:
+            template = self._templates[name] = self.builder.named("template", name)
+        return template
+
+    def backend(self, name: str) -> Any:
+        backend = self._backends.get(name)
+        if backend is None:
+            key = "inference" if name == self.trained_backend else f"backends.{name}"
+            backend = self._backends[name] = self.builder.build(key)
+        return backend
+
+    async def play(self, specs: list[GameSpec]) -> list[GameResult]:
+        """Play the games concurrently; a game that raises fails with its reason, never the batch."""
+        play = self.runner.play
+        if len(specs) == 1:
+            return [await play(specs[0])]
+        return list(await asyncio.gather(*[play(spec) for spec in specs]))
+
+    async def set_policy(self, checkpoint: Checkpoint) -> int:
+        """Load a new checkpoint in the trained model's backend; return the version it serves."""
+        backend = self.backend(self.trained_backend)
+        label = self.builder.label("inference")
+        try:
+            served = await asyncio.to_thread(backend.load_checkpoint, checkpoint)  # may load weights
+        except Exception as exc:
+            raise ComponentError(f"{label}: load_checkpoint raised {describe_error(exc)}") from exc
+        if served != checkpoint.version:
+            raise RunFailed(
+                f"{label}: after load_checkpoint({checkpoint.uid!r}) it serves version {served!r}, not {checkpoint.version}"
+            )
+        return served
+
+    def close(self) -> None:
+        for backend in self._backends.values():
+            try:
+                backend.close()
+            except Exception:
+                pass

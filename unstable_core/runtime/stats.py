@@ -1,0 +1,135 @@
+"""Per-game statistics: running per-(mode, env) totals for summaries and the win/draw/loss
+aggregation of evaluation rounds and tournaments. Nothing is kept per game."""
+
+from __future__ import annotations
+
+from ..records import EvalRecord
+from ..types import GameResult, GameSpec
+
+
+def anchor_seat(game: GameSpec) -> int:
+    """The seat a game is reported for: the learner's first seat in a training game, the
+    evaluated model's in an evaluation game, seat 0 in a tournament."""
+    if game.train_seats:
+        return game.train_seats[0]
+    for i, r in enumerate(game.seats):
+        if r.kind != "fixed":
+            return i
+    return 0
+
+
+class CollectionStats:
+    """Running totals per (mode, env) of every game played, from the anchor seat's side: what the
+    ``summary`` records carry as ``envs`` and the console tracker shows. Nothing is kept per game;
+    a windowed rate is the difference of two summaries."""
+
+    FIELDS = ("games", "failed", "win", "draw", "loss", "invalid", "turns")
+    _OUTCOME_COLUMN = {"win": 2, "draw": 3, "loss": 4}
+
+    def __init__(self) -> None:
+        self.rows: dict[tuple[str, str], list[int]] = {}
+
+    def add(self, result: GameResult) -> None:
+        game = result.game
+        key = (game.mode, game.env.env_id)
+        row = self.rows.get(key)
+        if row is None:
+            row = self.rows[key] = [0] * len(self.FIELDS)
+        row[0] += 1
+        if result.outcome == "failed":
+            row[1] += 1
+            return
+        pid = anchor_seat(game)
+        row[self._OUTCOME_COLUMN[result.outcome_for(pid)]] += 1
+        if pid < len(result.trajectories) and result.trajectories[pid].made_invalid_move:
+            row[5] += 1
+        row[6] += result.num_turns
+
+    def snapshot(self) -> dict[str, dict[str, dict[str, float]]]:  # {mode: {env_id: EnvTotals fields}}
+        """{mode: {env_id: {games, failed, win_rate, draw_rate, loss_rate, invalid_rate, mean_turns}}};
+        rates are over the games that finished."""
+        out: dict[str, dict[str, dict[str, float]]] = {}
+        for (mode, env_id), row in sorted(self.rows.items()):
+            c = dict(zip(self.FIELDS, row))
+            n = c["games"] - c["failed"]
+            out.setdefault(mode, {})[env_id] = {
+                "games": c["games"],
+                "failed": c["failed"],
+                "win_rate": c["win"] / n if n else 0.0,
+                "draw_rate": c["draw"] / n if n else 0.0,
+                "loss_rate": c["loss"] / n if n else 0.0,
+                "invalid_rate": c["invalid"] / n if n else 0.0,
+                "mean_turns": c["turns"] / n if n else 0.0,
+            }
+        return out
+
+
+class OutcomeAggregator:
+    """Win/draw/loss, invalid-move and format rates per (env, model, opponent), updated game by
+    game so that nothing is kept per game.
+
+    With an ``anchor`` uid (evaluation) only the anchor's seat is counted against the other seat;
+    without one (tournament) every seat is counted against every other distinct agent."""
+
+    FIELDS = ("games", "win", "draw", "loss", "invalid", "turns", "format_ok", "failed")
+    _OUTCOME_COLUMN = {"win": 1, "draw": 2, "loss": 3}
+
+    def __init__(self, anchor: str | None) -> None:
+        self.anchor = anchor
+        self.stats: dict[tuple[str, str, str], list[int]] = {}
+
+    def _row(self, key: tuple[str, str, str]) -> list[int]:
+        row = self.stats.get(key)
+        if row is None:
+            row = self.stats[key] = [0] * len(self.FIELDS)
+        return row
+
+    def add(self, result: GameResult) -> None:
+        seats = result.game.seats
+        env_id = result.game.env.env_id
+        failed = result.outcome == "failed"
+        outcomes = {} if failed else result.outcomes
+        for i, s in enumerate(seats):
+            uid = s.uid
+            if self.anchor is not None and uid != self.anchor:
+                continue
+            others = {o.uid for o in seats if o.uid != uid} or {uid}
+            if failed:
+                for opp in others:
+                    self._row((env_id, uid, opp))[7] += 1
+            else:
+                traj = result.trajectories[i]
+                turns = traj.turns
+                column = self._OUTCOME_COLUMN[outcomes.get(i, "draw")]
+                invalid = traj.made_invalid_move
+                fmt = 0
+                for t in turns:
+                    fmt += t.format_ok
+                for opp in others:
+                    row = self._row((env_id, uid, opp))
+                    row[0] += 1
+                    row[column] += 1
+                    row[4] += invalid
+                    row[5] += len(turns)
+                    row[6] += fmt
+            if self.anchor is not None:
+                break  # the evaluated model's first seat only
+
+    def add_all(self, results: list[GameResult]) -> None:
+        for result in results:
+            self.add(result)
+
+    def records(self, step: int, time: float = 0.0) -> list[EvalRecord]:
+        out = []
+        for (env_id, uid, opp), row in sorted(self.stats.items()):
+            c = dict(zip(self.FIELDS, row))
+            n = c["games"]
+            out.append(EvalRecord(
+                step=step, time=time, env_id=env_id, model=uid, opponent=opp, games=n, failed=c["failed"],
+                win_rate=c["win"] / n if n else 0.0,
+                draw_rate=c["draw"] / n if n else 0.0,
+                loss_rate=c["loss"] / n if n else 0.0,
+                invalid_rate=c["invalid"] / n if n else 0.0,
+                format_rate=c["format_ok"] / c["turns"] if c["turns"] else 0.0,
+            ))
+        return out
