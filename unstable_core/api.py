@@ -24,7 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from .config import RunConfig, apply_overrides, load_config, validate_config
-from .errors import ConfigError, RunFailed, RunInterrupted
+from .errors import ComponentError, ConfigError, RunFailed, RunInterrupted
 from .records import EvalRecord
 from .types import RunEndContext, RunStartContext
 
@@ -160,7 +160,12 @@ class Run:
         close_errors = output.close()
         executor.shutdown()
         end = RunEndContext(run_dir=self.run_dir, learner_steps=steps, games_played=games, status=status, error=error)
-        self.plugins.call_lifecycle("unstable_run_end", ctx=end)
+        try:
+            self.plugins.call_lifecycle("unstable_run_end", ctx=end)
+        except ComponentError:
+            if status == "completed":
+                raise  # otherwise the first failure is the one to report
+        
         if close_errors and status == "completed":
             raise RunFailed("; ".join(close_errors))
         return RunResult(status=status, run_dir=self.run_dir, learner_steps=steps, games_played=games,

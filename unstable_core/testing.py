@@ -246,11 +246,13 @@ def toy_config(**overrides: Any) -> dict[str, Any]:
 
 @pytest.fixture
 def make_plugin_system() -> Any:
-    """Factory for a fresh plugin system with chosen plugins and no entry points."""
+    """Factory for a fresh plugin system with chosen plugins (objects or (name, object) pairs) and
+    no entry points."""
     from .plugins import load_plugins
 
     def make(*plugins: Any, builtins: bool = True, strict: bool = True) -> Any:
-        extra = [(getattr(p, "__name__", type(p).__name__), p) for p in plugins]
+        # a plugin, or a (name, plugin) pair
+        extra = [p if isinstance(p, tuple) else (getattr(p, "__name__", type(p).__name__), p) for p in plugins]
         return load_plugins(builtins=builtins, entry_points=False, extra=extra, strict=strict)
 
     return make

@@ -12,13 +12,13 @@ from collections.abc import Mapping
 from typing import Any
 
 import pluggy
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .. import hookspecs
 from ..components import PROTOCOLS, BuildContext
-from ..config import RunConfig, resolve_components, validate_options
+from ..config import RunConfig, format_validation_error, resolve_components, validate_options
 from ..errors import ComponentError, ConfigError, PluginError, UnstableError
-from ..types import EnvSpec, ModelRef
+from ..types import ModelRef
 from .runner import derive_seed, describe_error
 
 
@@ -188,8 +188,8 @@ def check_run(cfg: RunConfig, system: Any, source: str = "<config>") -> dict[str
         spec = system.get("inference", ref.backend)
         try:
             spec.model_options.model_validate(ref.options)
-        except Exception as exc:
-            problems.append(f"{source}: {key}.options: {describe_error(exc)}")
+        except ValidationError as exc:
+            problems.append(format_validation_error(exc, source, prefix=f"{key}.options", model=spec.model_options))
         if spec.check_model is not None:
             try:
                 spec.check_model(ref)
@@ -229,4 +229,4 @@ def guarded(label: str, what: str, fn: Any, *args: Any) -> Any:
         raise ComponentError(f"{label}: {what} raised {describe_error(exc)}") from exc
 
 
-__all__ = ["Recipe", "RunPlan", "Builder", "Listeners", "build_component", "check_run", "make_plan", "guarded", "EnvSpec"]
+__all__ = ["Recipe", "RunPlan", "Builder", "Listeners", "build_component", "check_run", "make_plan", "guarded"]
