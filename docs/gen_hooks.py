@@ -31,8 +31,10 @@ There are three families:
   fields may grow in later versions (new fields never break old plugins).
 * **`unstable_register_commands`** adds subcommands to the `unstable` CLI.
 
-A component object may also receive lifecycle hooks for the length of a run by calling
-`ctx.subscribe(self)` in its factory (see `BuildContext.subscribe`).
+A component object may also receive the lifecycle events of the role it runs in by calling
+`ctx.subscribe(self)` in its factory (see `BuildContext.subscribe`): the league role sends
+`unstable_game_end` and `unstable_checkpoint_saved`. Every other lifecycle hook runs in the
+driver only. A lifecycle hook that raises stops the run with a message naming its plugin.
 
 | kind | registration hook | record |
 |---|---|---|

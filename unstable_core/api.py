@@ -126,7 +126,9 @@ class Run:
                                               "components": {k: {"name": r.name, **r.options} for k, r in plan.recipes.items()}})
             records = [r.as_dict() for r in plugins.plugin_records()]
             output.write_json("plugins.json", records)
-            self.roles = executor.start(plan)
+            # in a worker thread: building roles may load or build models for minutes, and the
+            # loop must keep handling Ctrl-C meanwhile
+            self.roles = await asyncio.to_thread(executor.start, plan)
             driver = Driver(plan, self.roles, output, plugins)
             output.write_json("registry.json", await driver.roles.league.snapshot())
             plugins.call_lifecycle("unstable_run_start", ctx=RunStartContext(

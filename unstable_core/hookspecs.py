@@ -162,7 +162,7 @@ def unstable_inference_backends() -> list[InferenceSpec]:
 
 @hookspec
 def unstable_executors() -> list[ExecutorSpec]:
-    """Register executors: where the loop's parts run.
+    """Register executors: where the roles of a run are placed (placement only).
 
     Called once when the catalog is collected. The product satisfies ``components.Executor``.
 
@@ -275,7 +275,8 @@ def unstable_checkpoint_saved(ctx: CheckpointContext) -> None:
 @hookspec
 def unstable_validation_start(ctx: ValidationStartContext) -> bool | None:
     """Called before each evaluation round. Return False to skip that round (any plugin
-    returning False vetoes it); None or True lets it run.
+    returning False vetoes it); None or True lets it run. Any other value (``"no"``, ``0``)
+    stops the run with an error naming the plugin.
 
     Example::
 

@@ -16,6 +16,7 @@ Shorthand (in a config's ``[model] model = ...`` or on the command line)::
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import hashlib
 import json
 import os
@@ -84,8 +85,10 @@ class TinySpec(BaseModel):
 
 def _scripted_games(spec: TinySpec, games: int, seed: int) -> list[tuple[str, str]]:
     """(prompt, completion) pairs of the scripted agent playing itself on the spec's games,
-    through the components a run uses (env provider, template, scripted backend)."""
-    return asyncio.run(_play_scripted(spec, games, seed))
+    through the components a run uses (env provider, template, scripted backend). Played on an
+    event loop of its own thread, so a build may start from code that runs in a loop."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, _play_scripted(spec, games, seed)).result()
 
 
 async def _play_scripted(spec: TinySpec, games: int, seed: int) -> list[tuple[str, str]]:

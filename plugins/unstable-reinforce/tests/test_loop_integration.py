@@ -36,3 +36,24 @@ def test_two_updates_end_to_end(tiny_path, tmp_path):
     games = [json.loads(line) for line in (tmp_path / "run" / "games" / "train.jsonl").read_text().splitlines()]
     assert {t["policy_version"] for g in games for t in g["turns"]} <= {0, 1, 2}
     assert all(t["policy_version"] <= g["step"] for g in games for t in g["turns"])
+
+
+def test_a_tiny_model_is_built_inside_a_run(tmp_path):
+    """The learner's factory builds the tiny model while the driver's event loop runs."""
+    from unstable_hf.testing import FAST_TINY
+
+    system = load_plugins(entry_points=False, extra=[("hf", hf_plugin), ("reinforce", reinforce_plugin)], strict=True)
+    cache = str(tmp_path / "cache")
+    lora = {"rank": 4, "alpha": 8}
+    cfg = {
+        "name": "build", "train_envs": [{"env_id": "KuhnPoker-v0-train", "num_actors": 2, "template": "qwen3-zs"}],
+        "opponents": ["random-valid"], "model": {"model": FAST_TINY},
+        "inference": {"name": "hf", "device": "cpu", "max_tokens": 4, "batch_wait_ms": 5, "cache_dir": cache, "lora": lora},
+        "learner": {"name": "reinforce", "device": "cpu", "mini_batch_size": 8, "max_generation_len": 4, "cache_dir": cache, "lora": lora},
+        "training": {"learning_steps": 1, "batch_size": 8, "filter_zero_advantage": False},
+        "collection": {"num_train_games": 4, "num_eval_games": 4, "eval_games": 2},
+        "trackers": [{"name": "jsonl"}],
+    }
+    result = unstable_core.run(cfg, run_dir=tmp_path / "run", plugins=system)
+    assert result.status == "completed" and result.learner_steps == 1
+    assert len(list((tmp_path / "cache").glob("tiny-*"))) == 1

@@ -1,0 +1,79 @@
+"""The Python API: run() and the build() builder, from a path, a dict or a RunConfig."""
+
+import json
+import threading
+
+import pytest
+
+import unstable_core
+from unstable_core import ConfigError, EvalRecord, RunConfig
+from unstable_core.testing import toy_config, toy_plugin
+
+
+def test_run_the_tournament_example_from_python(tmp_path):
+    result = unstable_core.run("examples/tournament.toml", run_dir=tmp_path / "t", overrides=["collection.tournament_games=120"])
+    assert result.status == "completed" and result.games_played == 120 and result.learner_steps == 0
+    assert result.eval_records and all(isinstance(r, EvalRecord) for r in result.eval_records)
+    assert {r.model for r in result.eval_records} == {"greedy", "random-valid", "first-valid"}
+    # the records are the ones in metrics.jsonl
+    lines = [json.loads(line) for line in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines()]
+    assert [r for r in lines if r["type"] == "eval"] == [r.model_dump(mode="json") for r in result.eval_records]
+
+
+def test_a_dict_and_a_run_config_give_the_same_run(make_plugin_system, tmp_path):
+    system = make_plugin_system(toy_plugin)
+    cfg = toy_config(training={"learning_steps": 3, "batch_size": 8})
+    a = unstable_core.run(cfg, run_dir=tmp_path / "a", plugins=system)
+    b = unstable_core.run(RunConfig.model_validate(cfg), run_dir=tmp_path / "b", plugins=system)
+    assert a.status == b.status == "completed" and a.learner_steps == b.learner_steps == 3
+    # the evaluation before training is seeded and the same (async training itself is not)
+    assert a.eval_records[0].step == 0
+    assert a.eval_records[0].model_dump(exclude={"time"}) == b.eval_records[0].model_dump(exclude={"time"})
+
+
+def test_build_checks_everything_and_writes_nothing(make_plugin_system, tmp_path):
+    system = make_plugin_system(toy_plugin)
+    job = unstable_core.build(toy_config(), run_dir=tmp_path / "r", plugins=system, overrides=["training.learning_steps=2"])
+    assert job.plan.config.training.learning_steps == 2 and not (tmp_path / "r").exists()
+    assert {"env", "learner", "inference", "trackers.0", "reward.final.0"} <= set(job.plan.recipes)
+    with pytest.raises(ConfigError, match="learner.lr: input should be greater than 0"):
+        unstable_core.build(toy_config(learner={"name": "tabular-reinforce", "lr": -1}), run_dir=tmp_path / "x", plugins=system)
+    with pytest.raises(ConfigError, match="a path, a dict or a RunConfig"):
+        unstable_core.build(42)
+
+
+def test_the_plan_pickles(make_plugin_system, tmp_path):
+    import pickle
+
+    plan = unstable_core.build(toy_config(), run_dir=tmp_path / "r", plugins=make_plugin_system(toy_plugin)).plan
+    assert pickle.loads(pickle.dumps(plan)) == plan
+
+
+def test_stop_ends_a_started_run_cleanly(make_plugin_system, tmp_path):
+    system = make_plugin_system()
+    cfg = {"name": "long", "train_envs": ["TicTacToe-v0-train"], "opponents": ["random-valid", "greedy"],
+           "model_sampler": {"name": "fixed"}, "collection": {"tournament_games": 10_000_000}, "trackers": [{"name": "jsonl"}]}
+    job = unstable_core.build(cfg, run_dir=tmp_path / "r", plugins=system)
+    started = threading.Event()
+
+    class Watch:
+        games = 0
+
+        @unstable_core.hookimpl
+        def unstable_game_end(self, ctx):
+            Watch.games += 1
+            if Watch.games == 200:
+                started.set()
+
+    system.register(Watch(), name="watch", package="test", version="0")
+    outcome = {}
+    thread = threading.Thread(target=lambda: outcome.update(result=job.start()), daemon=True)
+    thread.start()
+    assert started.wait(60)
+    job.stop()
+    thread.join(60)
+    assert not thread.is_alive()
+    result = outcome["result"]
+    assert result.status == "interrupted" and 200 <= result.games_played < 10_000_000
+    records = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    assert records[-1]["type"] == "ratings" and records[-2]["games"] == result.games_played
