@@ -44,8 +44,7 @@ _LAZY = {
     # running: the Python API, plans and roles for executors
     **{n: "api" for n in ("run", "build", "Run", "RunResult")},
     **{n: "runtime.plan" for n in ("build_component", "RunPlan", "Recipe")},
-    **{n: "runtime.driver" for n in ("RoleHandles",)},
-    **{n: "runtime.roles" for n in ("build_role",)},
+    **{n: "runtime.roles" for n in ("RoleHandles", "build_role")},
     **{n: "runtime.registry" for n in ("ModelRegistry", "ModelEntry", "checkpoint_ref")},
 }
 

@@ -139,10 +139,10 @@ class PluginSystem:
             return f"plugin {plugin_name!r}"
         return f"plugin '{record.name}' ({record.package} {record.version})"
 
-    def call_lifecycle(self, hook_name: str, **kwargs: Any) -> list[Any]:
-        """Call every implementation of a lifecycle hook, one by one; an implementation that
-        raises stops the run with a ComponentError naming its plugin."""
-        return call_each(self.pm, hook_name, self.describe, kwargs)
+    def call_lifecycle(self, hook_name: str, **kwargs: Any) -> list[tuple[str, Any]]:
+        """Call every implementation of a lifecycle hook, one by one (traced like any hook call);
+        an implementation that raises stops the run with a ComponentError naming its plugin."""
+        return call_each(self.pm, hook_name, self.describe, kwargs, lambda impl: self.call_impl(hook_name, impl, **kwargs))
 
     def fail(self, name: str, exc: BaseException, where: str) -> None:
         """Record a plugin as broken (or re-raise in strict mode) and unregister it."""
@@ -308,18 +308,18 @@ class PluginSystem:
         return [r for r in self.records.values() if include_builtin or not r.builtin]
 
 
-def call_each(pm: pluggy.PluginManager, hook_name: str, describe: Any, kwargs: dict[str, Any]) -> list[Any]:
+def call_each(pm: pluggy.PluginManager, hook_name: str, describe: Any, kwargs: dict[str, Any], call: Any = None) -> list[tuple[str, Any]]:
     """Call each implementation of ``hook_name`` in ``pm`` (pluggy's order) with the arguments
-    it declares; return ``(plugin name, result)`` for each result that is not None.
-    ``describe(plugin_name)`` names the
-    culprit when one raises: a ComponentError, never a bare traceback."""
+    it declares (or through ``call(impl)``); return ``(plugin name, result)`` for each result
+    that is not None. ``describe(plugin_name)`` names the culprit when one raises: a
+    ComponentError, never a bare traceback."""
     from .errors import ComponentError, UnstableError
 
     caller = getattr(pm.hook, hook_name)
     results = []
     for impl in reversed(caller.get_hookimpls()):  # pluggy calls the last registered first
         try:
-            value = impl.function(*[kwargs[name] for name in impl.argnames])
+            value = call(impl) if call is not None else impl.function(*[kwargs[name] for name in impl.argnames])
         except UnstableError:
             raise
         except Exception as exc:

@@ -24,8 +24,7 @@ class LocalExecutor:
         self.rollouts: list[Any] = []
 
     def start(self, plan: Any) -> Any:
-        from ..runtime.driver import RoleHandles
-        from ..runtime.roles import build_role
+        from ..runtime.roles import RoleHandles, build_role
 
         league = build_role("league", plan, self.plugins)
         buffer = build_role("buffer", plan, self.plugins)

@@ -24,31 +24,13 @@ from ..errors import ComponentError, RunFailed
 from ..records import EvalRecord, EvalSkippedRecord, RatingsRecord, SummaryRecord, TrainRecord
 from ..types import Batch, BatchEndContext, CheckpointContext, GameEndContext, GameResult, GameSpec, ValidationEndContext, ValidationStartContext
 from .output import RunOutput
+from .plan import RunPlan
+from .roles import RoleHandles, first_error
 from .stats import CollectionStats, OutcomeAggregator
 
 SUMMARY_EVERY_S = 1.0
 LANES_PER_ROLLOUT = 4  # concurrent batches per rollout replica: one finishes while others play
 MAX_FAILURES_IN_A_ROW = 200
-
-
-def first_error(group: BaseExceptionGroup) -> BaseException:
-    """The first error in a (nested) exception group that is not a cancellation."""
-    for exc in group.exceptions:
-        if isinstance(exc, BaseExceptionGroup):
-            exc = first_error(exc)
-        if not isinstance(exc, asyncio.CancelledError):
-            return exc
-    return group.exceptions[0]
-
-
-@dataclass
-class RoleHandles:
-    """What an executor's ``start(plan)`` returns: awaitable handles of the roles."""
-
-    league: Any
-    rollouts: list[Any]
-    buffer: Any
-    learner: Any | None = None
 
 
 @dataclass
@@ -63,7 +45,7 @@ class DriverState:
 
 
 class Driver:
-    def __init__(self, plan: Any, roles: RoleHandles, output: RunOutput, system: Any) -> None:
+    def __init__(self, plan: RunPlan, roles: RoleHandles, output: RunOutput, system: Any) -> None:
         self.cfg = plan.config
         self.run_dir = plan.run_dir
         self.roles = roles
@@ -105,8 +87,7 @@ class Driver:
         tc = self.cfg.training
         await self.evaluate(0)
         settings = await self.roles.learner.settings()
-        evals: list[asyncio.Task[Any]] = []
-        async with asyncio.TaskGroup() as group:
+        async with asyncio.TaskGroup() as group:  # evaluation rounds run while training goes on
             collector = group.create_task(self.lanes(self.cfg.collection.num_train_games, self.next_train_specs))
             while self.state.step < tc.learning_steps:
                 batch = await self.next_batch(settings["drop_zero_advantage"])
@@ -116,7 +97,7 @@ class Driver:
                 if self.state.step % tc.save_every == 0 or self.state.step == tc.learning_steps:
                     await self.checkpoint()
                 if tc.eval_every and self.state.step % tc.eval_every == 0 and self.state.step < tc.learning_steps:
-                    evals.append(group.create_task(self.evaluate(self.state.step)))
+                    group.create_task(self.evaluate(self.state.step))
             self.stopping = True
             collector.cancel()
         await self.evaluate(self.state.step)
