@@ -16,6 +16,18 @@ from .plan import Builder, RunPlan
 from .runner import GameRunner, describe_error
 
 
+class _Batch:
+    """One ``play`` call: its results by position, how many are left, and its future."""
+
+    __slots__ = ("results", "left", "done", "cancelled")
+
+    def __init__(self, n: int, done: asyncio.Future[list[GameResult]]) -> None:
+        self.results: list[Any] = [None] * n
+        self.left = n
+        self.done = done
+        self.cancelled = False
+
+
 class Rollout:
     def __init__(self, plan: RunPlan, system: Any) -> None:
         cfg = plan.config
@@ -24,6 +36,9 @@ class Rollout:
         self.env_provider = builder.build("env")
         self._templates: dict[str, Any] = {}
         self._backends: dict[str, Any] = {}
+        self._queue: asyncio.Queue[tuple[_Batch, int, GameSpec]] = asyncio.Queue()
+        self._workers: list[asyncio.Future[None]] = []
+        self._idle = 0
         self.runner = GameRunner(
             self.env_provider, self.template, self.backend, cfg.collection.max_turns, cfg.collection.max_action_chars
         )
@@ -45,11 +60,41 @@ class Rollout:
         return backend
 
     async def play(self, specs: list[GameSpec]) -> list[GameResult]:
-        """Play the games concurrently; a game that raises fails with its reason, never the batch."""
-        play = self.runner.play
-        if len(specs) == 1:
-            return [await play(specs[0])]
-        return list(await asyncio.gather(*[play(spec) for spec in specs]))
+        """Play the games concurrently; a game that raises fails with its reason, never the batch.
+
+        Games are played by persistent worker coroutines that pull from a queue (one more is
+        started whenever more games wait than workers are idle), so a batch costs no task per
+        game, and a game whose agents answer at once runs to its end without a task switch."""
+        if not specs:
+            return []
+        batch = _Batch(len(specs), asyncio.get_running_loop().create_future())
+        for i, spec in enumerate(specs):
+            self._queue.put_nowait((batch, i, spec))
+        while self._idle < self._queue.qsize():
+            self._idle += 1
+            self._workers.append(asyncio.ensure_future(self._work()))
+        try:
+            return await batch.done
+        finally:
+            batch.cancelled = not batch.done.done()  # its queued games are skipped
+
+    async def _work(self) -> None:
+        queue, play = self._queue, self.runner.play
+        while True:
+            batch, i, spec = await queue.get()
+            if batch.cancelled:
+                continue
+            self._idle -= 1
+            try:
+                batch.results[i] = await play(spec)
+            except Exception as exc:  # the runner fails games, it does not raise: a bug
+                if not batch.done.done():
+                    batch.done.set_exception(exc)
+            finally:
+                self._idle += 1
+            batch.left -= 1
+            if batch.left == 0 and not batch.done.done():
+                batch.done.set_result(batch.results)
 
     async def set_policy(self, checkpoint: Checkpoint) -> int:
         """Load a new checkpoint in the trained model's backend; return the version it serves."""
@@ -66,6 +111,9 @@ class Rollout:
         return served
 
     def close(self) -> None:
+        for worker in self._workers:
+            worker.cancel()
+        self._workers.clear()
         for backend in self._backends.values():
             try:
                 backend.close()
