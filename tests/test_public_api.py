@@ -55,4 +55,4 @@ def test_every_public_name_resolves_and_is_documented():
     api_doc = (ROOT / "docs" / "api.md").read_text()
     for name in unstable_core.__all__:
         assert getattr(unstable_core, name) is not None
-        assert f"`{name}`" in api_doc, f"docs/api.md does not mention the public name {name}"
+        assert f"`{name}`" in api_doc or f"`{name}(" in api_doc, f"docs/api.md does not mention the public name {name}"
