@@ -118,10 +118,11 @@ class Run:
         plan, plugins = self.plan, self.plugins
         prepare_run_dir(plan.run_dir)
         output = RunOutput(plan, plugins)
-        executor = Builder(plan, plugins).build("executor")
+        executor: Any = None
         driver: Driver | None = None
         status, error = "completed", None
         try:
+            executor = Builder(plan, plugins).build("executor")
             output.write_json("config.json", {"config": plan.config.model_dump(mode="json"),
                                               "components": {k: {"name": r.name, **r.options} for k, r in plan.recipes.items()}})
             records = [r.as_dict() for r in plugins.plugin_records()]
@@ -160,7 +161,8 @@ class Run:
                     raise
             steps, games, records = driver.state.step, driver.state.games_played, driver.state.eval_records
         close_errors = output.close()
-        executor.shutdown()
+        if executor is not None:
+            executor.shutdown()
         end = RunEndContext(run_dir=self.run_dir, learner_steps=steps, games_played=games, status=status, error=error)
         try:
             self.plugins.call_lifecycle("unstable_run_end", ctx=end)
