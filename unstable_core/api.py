@@ -24,7 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from .config import RunConfig, apply_overrides, load_config, validate_config
-from .errors import ComponentError, ConfigError, RunFailed, RunInterrupted
+from .errors import ComponentError, ConfigError, RunFailed, RunInterrupted, describe_error
 from .records import EvalRecord
 from .types import RunEndContext, RunStartContext
 
@@ -113,7 +113,6 @@ class Run:
         from .runtime.driver import Driver
         from .runtime.output import RunOutput, prepare_run_dir
         from .runtime.plan import Builder
-        from .runtime.runner import describe_error
 
         plan, plugins = self.plan, self.plugins
         prepare_run_dir(plan.run_dir)

@@ -233,7 +233,8 @@ def format_validation_error(exc: ValidationError, source: str, prefix: str = "",
         where = f"{loc}: " if loc else ""
         found = err.get("input")
         found_s = "" if err["type"] == "missing" else f" (found {found!r}, {_type_name(found)})"
-        lines.append(f"{source}: {where}{err['msg'].lower()}{found_s}")
+        msg = err["msg"]
+        lines.append(f"{source}: {where}{msg[:1].lower()}{msg[1:]}{found_s}")
     return "\n".join(lines)
 
 

@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 
+def describe_error(exc: BaseException) -> str:
+    """``Type: first line of the message`` (at most 300 characters), for one-line reports."""
+    text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 class UnstableError(Exception):
     """Base of every error caused by input (config, options, plugin results), not by a bug."""
 

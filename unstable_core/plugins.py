@@ -29,7 +29,7 @@ import pluggy
 
 from . import __version__, hookspecs
 from .components import KINDS, ComponentSpec
-from .errors import PluginError, UnknownComponentError
+from .errors import PluginError, UnknownComponentError, describe_error
 
 GROUP = "unstable"
 CORE_DIST = "unstable-core"
@@ -87,11 +87,6 @@ def _truthy(var: str) -> bool:
     return os.environ.get(var, "").strip().lower() in {"1", "true", "yes", "on"}
 
 
-def _describe(exc: BaseException) -> str:
-    msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__
-
-
 class PluginSystem:
     """A pluggy manager plus the records of every plugin and the component catalog."""
 
@@ -114,7 +109,7 @@ class PluginSystem:
     @staticmethod
     def _trace_after(outcome: Any, hook_name: str, impls: list[Any], kwargs: dict[str, Any]) -> None:
         exc = outcome.exception
-        state = f"raised {_describe(exc)}" if exc else "ok"
+        state = f"raised {describe_error(exc)}" if exc else "ok"
         print(f"[unstable trace] {hook_name} {state}", file=sys.stderr)
 
     def call_impl(self, hook_name: str, impl: Any, **kwargs: Any) -> Any:
@@ -126,7 +121,7 @@ class PluginSystem:
             result = impl.function(*[kwargs[name] for name in impl.argnames])
         except BaseException as exc:
             if self.trace:
-                print(f"[unstable trace] {hook_name} raised {_describe(exc)}", file=sys.stderr)
+                print(f"[unstable trace] {hook_name} raised {describe_error(exc)}", file=sys.stderr)
             raise
         if self.trace:
             print(f"[unstable trace] {hook_name} ok", file=sys.stderr)
@@ -160,7 +155,7 @@ class PluginSystem:
         if self.strict:
             raise exc
         record.status = "error"
-        record.error = f"{where}: {_describe(exc)}"
+        record.error = f"{where}: {describe_error(exc)}"
         record.components = []
         plugin = self.pm.get_plugin(record.name)
         if plugin is not None:
@@ -323,7 +318,7 @@ def call_each(pm: pluggy.PluginManager, hook_name: str, describe: Any, kwargs: d
         except UnstableError:
             raise
         except Exception as exc:
-            raise ComponentError(f"{describe(impl.plugin_name)}: hook {hook_name} raised {_describe(exc)}") from exc
+            raise ComponentError(f"{describe(impl.plugin_name)}: hook {hook_name} raised {describe_error(exc)}") from exc
         if value is not None:
             results.append((impl.plugin_name, value))
     return results

@@ -18,7 +18,7 @@ so far); ``time`` is seconds since the run started.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -113,16 +113,6 @@ class GameRecord(Record):
     duration_s: float = 0.0
 
 
-RECORD_TYPES: tuple[type[Record], ...] = (
-    TrainRecord, EvalRecord, EvalSkippedRecord, SummaryRecord, RatingsRecord, GameRecord,
-)
-
 __all__ = [
-    "Record", "TrainRecord", "EvalRecord", "EvalSkippedRecord", "EnvTotals", "SummaryRecord", "RatingsRecord",
-    "GameRecord", "RECORD_TYPES",
+    "Record", "TrainRecord", "EvalRecord", "EvalSkippedRecord", "EnvTotals", "SummaryRecord", "RatingsRecord", "GameRecord",
 ]
-
-
-def as_dict(record: Record) -> dict[str, Any]:
-    """The JSON form of a record (what ``metrics.jsonl`` holds)."""
-    return record.model_dump(mode="json")

@@ -52,7 +52,7 @@ class League:
 
     def _sample_env(self, envs: list[EnvSpec]) -> EnvSpec:
         env = guarded(self.labels["env_sampler"], "sample", self.env_sampler.sample, envs, self.schedule_rng)
-        if type(env) is not EnvSpec and not isinstance(env, EnvSpec):
+        if not isinstance(env, EnvSpec):
             raise ComponentError(f"{self.labels['env_sampler']}: sample returned {env!r}; expected one of the configured EnvSpecs")
         if env.env_id not in self.env_ids:
             raise ComponentError(

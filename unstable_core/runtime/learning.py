@@ -25,7 +25,7 @@ class LearnerRole:
         self.drop_zero_advantage = spec.drop_zero_advantage if choice is None else choice
 
     async def settings(self) -> dict[str, Any]:
-        return {"drop_zero_advantage": self.drop_zero_advantage, "version": int(self.learner.version)}
+        return {"drop_zero_advantage": self.drop_zero_advantage}
 
     async def update(self, batch: Batch) -> dict[str, float]:
         if self.blocking:
@@ -49,6 +49,3 @@ class LearnerRole:
         if not isinstance(ckpt, Checkpoint):
             raise ComponentError(f"{self.label}: save_checkpoint returned {type(ckpt).__name__}; expected a Checkpoint")
         return ckpt
-
-    async def version(self) -> int:
-        return int(self.learner.version)

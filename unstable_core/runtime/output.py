@@ -17,7 +17,8 @@ from ..records import GameRecord, Record
 from ..types import GameResult
 from .jsonio import json_line, write_json_atomic
 from .plan import Builder, RunPlan
-from .runner import describe_error, derive_seed, unit_hash
+from ..errors import describe_error
+from .runner import derive_seed, unit_hash
 from .stats import anchor_seat
 
 TRANSCRIPT_TEXT_LIMIT = 2000

@@ -17,9 +17,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from .. import hookspecs
 from ..components import PROTOCOLS, BuildContext
 from ..config import RunConfig, format_validation_error, resolve_components, validate_options
-from ..errors import ComponentError, ConfigError, PluginError, UnstableError
+from ..errors import ComponentError, ConfigError, PluginError, UnstableError, describe_error
 from ..types import ModelRef
-from .runner import derive_seed, describe_error
+from .runner import derive_seed
 
 
 class Recipe(BaseModel):
@@ -178,8 +178,9 @@ def check_run(cfg: RunConfig, system: Any, source: str = "<config>") -> dict[str
                 env_spec.check_env(env, env_options)
             except UnstableError:
                 raise
-            except Exception as exc:
-                problems.append(f"{source}: {section}.{i}: {describe_error(exc)}")
+            except Exception as exc:  # a ValueError is the provider's own message
+                reason = str(exc) if isinstance(exc, ValueError) and str(exc) else describe_error(exc)
+                problems.append(f"{source}: {section}.{i}: {reason}")
     refs = [(f"opponents.{i}", o.ref()) for i, o in enumerate(cfg.opponents)]
     base = cfg.model_ref()
     if base is not None:

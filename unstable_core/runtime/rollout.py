@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from ..errors import ComponentError, RunFailed
+from ..errors import RunFailed
 from ..types import Checkpoint, GameResult, GameSpec
-from .plan import Builder, RunPlan
-from .runner import GameRunner, describe_error
+from .plan import Builder, RunPlan, guarded
+from .runner import GameRunner
 
 
 class _Batch:
@@ -100,10 +100,7 @@ class Rollout:
         """Load a new checkpoint in the trained model's backend; return the version it serves."""
         backend = self.backend(self.trained_backend)
         label = self.builder.label("inference")
-        try:
-            served = await asyncio.to_thread(backend.load_checkpoint, checkpoint)  # may load weights
-        except Exception as exc:
-            raise ComponentError(f"{label}: load_checkpoint raised {describe_error(exc)}") from exc
+        served = await asyncio.to_thread(guarded, label, "load_checkpoint", backend.load_checkpoint, checkpoint)  # may load weights
         if served != checkpoint.version:
             raise RunFailed(
                 f"{label}: after load_checkpoint({checkpoint.uid!r}) it serves version {served!r}, not {checkpoint.version}"

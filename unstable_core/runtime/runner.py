@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ..errors import describe_error
 from ..types import Completion, GameResult, GameSpec, GenerationRequest, PlayerTrajectory, Turn, _trusted
 
 
@@ -54,11 +55,6 @@ def unit_hash(key: int, n: int) -> float:
     """A number in [0, 1) determined by (key, n), spread like a uniform draw (e.g. whether to keep
     game n's transcript)."""
     return (_mix64(key, n) >> 11) / 9007199254740992.0
-
-
-def describe_error(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 class GameRunner:
