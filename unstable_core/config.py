@@ -19,7 +19,7 @@ import difflib
 import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -66,6 +66,14 @@ class CollectionConfig(Section):
         1000, ge=1, le=1_000_000,
         description="An extracted action longer than this is cut to this length before the env sees it (a huge action can stall a game for seconds).",
     )
+    env_calls: Literal["auto", "loop", "threads"] = Field(
+        "auto",
+        description="Where env calls (make, reset, observe, step, close) run: 'loop' on the event loop the games share "
+        "(fastest; a slow call stalls every game in flight), 'threads' on worker threads (a slow or blocking call stalls "
+        "only its own game; tens of microseconds more per call), 'auto' on the loop until a call of an env id takes longer "
+        "than slow_env_call_ms, then on threads for that env id.",
+    )
+    slow_env_call_ms: float = Field(20.0, ge=0, le=3_600_000, description="In env_calls = 'auto': what a slow env call is.")
     transcripts: float = Field(
         0.1, ge=0, le=1, description="Fraction of training and tournament games whose transcript is written to games/."
     )

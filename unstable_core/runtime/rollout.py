@@ -12,6 +12,7 @@ from typing import Any
 
 from ..errors import RunFailed
 from ..types import Checkpoint, GameResult, GameSpec
+from .envcalls import EnvCalls
 from .plan import Builder, RunPlan, guarded
 from .runner import GameRunner
 
@@ -39,8 +40,10 @@ class Rollout:
         self._queue: asyncio.Queue[tuple[_Batch, int, GameSpec]] = asyncio.Queue()
         self._workers: list[asyncio.Future[None]] = []
         self._idle = 0
+        collection = cfg.collection
+        self.env_calls = EnvCalls(collection.env_calls, collection.slow_env_call_ms / 1000)
         self.runner = GameRunner(
-            self.env_provider, self.template, self.backend, cfg.collection.max_turns, cfg.collection.max_action_chars
+            self.env_provider, self.template, self.backend, collection.max_turns, collection.max_action_chars, self.env_calls
         )
         # build every backend a seat can name now: a broken one fails before the first game
         for ref in [o.ref() for o in cfg.opponents] + ([cfg.model_ref()] if cfg.model is not None else []):
@@ -111,6 +114,7 @@ class Rollout:
         for worker in self._workers:
             worker.cancel()
         self._workers.clear()
+        self.env_calls.close()
         for backend in self._backends.values():
             try:
                 backend.close()

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from ..errors import describe_error
 from ..types import Completion, GameResult, GameSpec, GenerationRequest, PlayerTrajectory, Turn, _trusted
+from .envcalls import EnvCalls
 
 
 def derive_seed(*parts: Any) -> int:
@@ -65,12 +66,14 @@ class GameRunner:
         backends: Callable[[str], Any],
         max_turns: int = 200,
         max_action_chars: int = 1000,
+        env_calls: EnvCalls | None = None,
     ) -> None:
         self.env_provider = env_provider
         self.templates = templates
         self.backends = backends
         self.max_turns = max_turns
         self.max_action_chars = max_action_chars
+        self.env_calls = env_calls or EnvCalls("loop")
 
     async def play(self, spec: GameSpec) -> GameResult:
         start = time.perf_counter()
@@ -90,14 +93,30 @@ class GameRunner:
             env_id, seed = spec.env.env_id, spec.seed
             template = self.templates(spec.env.template)
             render, extract = template.render, template.extract
-            env = self.env_provider.make(spec.env)
-            env.reset(num_players=spec.env.num_players, seed=seed)
+            # env calls run on the loop, or on threads once this env id is known to be slow (envcalls)
+            calls = self.env_calls
+            threaded, slow_s, perf = calls.threaded(env_id), calls.slow_after(), time.perf_counter
+            if threaded:
+                env = await calls.run(self.env_provider.make, spec.env)
+                await calls.run(lambda: env.reset(num_players=spec.env.num_players, seed=seed))
+            else:
+                started = perf()
+                env = self.env_provider.make(spec.env)
+                env.reset(num_players=spec.env.num_players, seed=seed)
+                if perf() - started > slow_s:
+                    threaded = calls.mark_slow(env_id)
             done = False
             while not done:
                 if turns >= self.max_turns:
                     outcome = "truncated"
                     break
-                pid, observation = env.observe()
+                if threaded:
+                    pid, observation = await calls.run(env.observe)
+                else:
+                    started = perf()
+                    pid, observation = env.observe()
+                    if perf() - started > slow_s:
+                        threaded = calls.mark_slow(env_id)
                 if not 0 <= pid < n:
                     raise RuntimeError(f"environment asked player {pid} to act; the table has {n} seats")
                 prompt = render(observation, tokenizer=tokenizers[pid])
@@ -118,7 +137,13 @@ class GameRunner:
                 action, format_ok = extract(completion.text)
                 if type(action) is str and len(action) > self.max_action_chars:  # a huge action can stall the env for seconds
                     action = action[: self.max_action_chars]
-                done, invalid = env.step(action)
+                if threaded:
+                    done, invalid = await calls.run(env.step, action)
+                else:
+                    started = perf()
+                    done, invalid = env.step(action)
+                    if perf() - started > slow_s:
+                        threaded = calls.mark_slow(env_id)
                 if exact and not (type(action) is str and type(format_ok) is bool and type(invalid) is bool):
                     exact = False
                 turn_lists[pid].append(
@@ -141,7 +166,7 @@ class GameRunner:
             if outcome == "truncated":
                 rewards = {i: 0.0 for i in range(n)}
             else:
-                env_rewards, info = env.close()
+                env_rewards, info = await calls.run(env.close) if threaded else env.close()
                 env = None
                 rewards = {i: float(env_rewards.get(i, 0.0)) for i in range(n)}
                 infos = [_jsonable(info.get(i, {})) for i in range(n)]
