@@ -57,6 +57,7 @@ class Driver:
         self.grew, self.drained = asyncio.Event(), asyncio.Event()  # buffer grew / a batch was drawn
         self.last_summary = 0.0
         self.capacity = 0
+        self.sync = self.cfg.collection.mode == "sync"
 
     # -- the stages -------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -84,9 +85,16 @@ class Driver:
         self.publish_eval(agg.records(0, self.out.now()))
 
     async def train(self) -> None:
-        tc = self.cfg.training
         await self.evaluate(0)
         settings = await self.roles.learner.settings()
+        if self.sync:
+            await self.train_sync(settings)
+        else:
+            await self.train_async(settings)
+        await self.evaluate(self.state.step)
+
+    async def train_async(self, settings: dict[str, Any]) -> None:
+        tc = self.cfg.training
         async with asyncio.TaskGroup() as group:  # evaluation rounds run while training goes on
             collector = group.create_task(self.lanes(self.cfg.collection.num_train_games, self.next_train_specs))
             while self.state.step < tc.learning_steps:
@@ -100,12 +108,49 @@ class Driver:
                     group.create_task(self.evaluate(self.state.step))
             self.stopping = True
             collector.cancel()
-        await self.evaluate(self.state.step)
+
+    async def train_sync(self, settings: dict[str, Any]) -> None:
+        """Each step: play rounds of ``num_train_games`` games with the current policy until the
+        buffer holds a batch, then update; evaluation in line. Nothing depends on timing."""
+        tc, league, buffer = self.cfg.training, self.roles.league, self.roles.buffer
+        if self.capacity < tc.batch_size:
+            raise RunFailed(f"buffer capacity {self.capacity} is smaller than training.batch_size {tc.batch_size}: "
+                            "in sync mode a batch could never be drawn")
+        while self.state.step < tc.learning_steps:
+            while await buffer.size() < tc.batch_size:
+                await self.ingest(await self.play_in_order(await league.schedule(self.cfg.collection.num_train_games, "train")))
+            batch = await self.draw_batch(settings["drop_zero_advantage"])
+            if batch is None:
+                continue
+            await self.update(batch)
+            if self.state.step % tc.save_every == 0 or self.state.step == tc.learning_steps:
+                await self.checkpoint()
+            if tc.eval_every and self.state.step % tc.eval_every == 0 and self.state.step < tc.learning_steps:
+                await self.evaluate(self.state.step)
+            await self.summary()
+
+    async def play_in_order(self, specs: list[GameSpec]) -> list[GameResult]:
+        """Play specs split evenly over the rollout replicas; results in the specs' order."""
+        rollouts = self.roles.rollouts
+        parts = [specs[i :: len(rollouts)] for i in range(len(rollouts))]
+        played = await asyncio.gather(*(r.play(p) for r, p in zip(rollouts, parts) if p))
+        results: list[GameResult] = [None] * len(specs)  # type: ignore[list-item]
+        for i, part in enumerate(played):
+            results[i :: len(rollouts)] = part
+        return results
 
     # -- collection -------------------------------------------------------------------------------
     async def lanes(self, limit: int, next_specs: Callable[[int], Awaitable[list[GameSpec]]],
                     on_results: Callable[[list[GameResult]], None] | None = None) -> None:
-        """Keep about ``limit`` games in flight over the rollout replicas, in batches."""
+        """Keep about ``limit`` games in flight over the rollout replicas, in batches (in sync
+        mode: rounds of ``limit`` games, each played to its end and counted in game order)."""
+        if self.sync:
+            while specs := await next_specs(limit):
+                results = await self.play_in_order(specs)
+                await self.ingest(results)
+                if on_results is not None:
+                    on_results(results)
+            return
         rollouts = self.roles.rollouts
         count = max(1, min(limit, LANES_PER_ROLLOUT * len(rollouts)))
         chunk = max(1, math.ceil(limit / count))
@@ -158,7 +203,7 @@ class Driver:
             else:
                 state.failures_in_a_row = 0
         self.grew.set()
-        if self.out.now() - self.last_summary >= SUMMARY_EVERY_S:
+        if not self.sync and self.out.now() - self.last_summary >= SUMMARY_EVERY_S:  # sync: one a step
             await self.summary()
 
     def check_failures(self, result: GameResult) -> None:
@@ -172,12 +217,16 @@ class Driver:
 
     # -- training ---------------------------------------------------------------------------------
     async def next_batch(self, drop_zero_advantage: bool) -> Batch | None:
-        tc, buffer = self.cfg.training, self.roles.buffer
         self.grew.clear()
-        if await buffer.size() < tc.batch_size:
+        if await self.roles.buffer.size() < self.cfg.training.batch_size:
             await self.grew.wait()
             return None
-        batch = await buffer.draw(tc.batch_size, self.state.step)
+        return await self.draw_batch(drop_zero_advantage)
+
+    async def draw_batch(self, drop_zero_advantage: bool) -> Batch | None:
+        """A batch, filtered; None when the filter emptied it."""
+        tc = self.cfg.training
+        batch = await self.roles.buffer.draw(tc.batch_size, self.state.step)
         self.drained.set()  # collection may resume
         if drop_zero_advantage:
             keep = [s for s in batch.steps if s.reward != 0.0]
