@@ -13,6 +13,7 @@ over it.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import threading
@@ -64,9 +65,11 @@ class Run:
     """A checked run, ready to start: config validated, components resolved, every environment
     and model checked, nothing written yet (``build`` makes one)."""
 
-    def __init__(self, plan: Any, plugins: Any) -> None:
+    def __init__(self, plan: Any, plugins: Any, resume: bool = False) -> None:
         self.plan = plan
         self.plugins = plugins
+        #: go on from the run directory's latest snapshot instead of starting afresh
+        self.resume = resume
         self.run_dir = plan.run_dir
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[Any] | None = None
@@ -114,8 +117,12 @@ class Run:
         from .runtime.output import RunOutput, prepare_run_dir
         from .runtime.plan import Builder
 
+        from .runtime.resume import restore
+        from .runtime.snapshots import read_latest
+
         plan, plugins = self.plan, self.plugins
-        prepare_run_dir(plan.run_dir)
+        prepare_run_dir(plan.run_dir, resume=self.resume)
+        snapshot = read_latest(plan.run_dir) if self.resume else None  # before anything is written
         output = RunOutput(plan, plugins)
         executor: Any = None
         driver: Driver | None = None
@@ -130,6 +137,8 @@ class Run:
             # loop must keep handling Ctrl-C meanwhile
             self.roles = await asyncio.to_thread(executor.start, plan)
             driver = Driver(plan, self.roles, output, plugins)
+            if snapshot is not None:
+                await restore(driver, *snapshot)
             output.write_json("registry.json", await driver.roles.league.snapshot())
             plugins.call_lifecycle("unstable_run_start", ctx=RunStartContext(
                 run_dir=self.run_dir, config=plan.config.model_dump(mode="json"), plugins=records))
@@ -175,23 +184,63 @@ class Run:
                          eval_records=records, error=error)
 
 
-def build(config: str | os.PathLike[str] | Mapping[str, Any] | RunConfig, *, run_dir: str | os.PathLike[str] | None = None,
-          overrides: Iterable[str] = (), plugins: Any = None) -> Run:
+ConfigSource = str | os.PathLike[str] | Mapping[str, Any] | RunConfig
+#: what ``--set`` may change when resuming: anything else would not continue the same run
+RESUME_OVERRIDES = ("training.learning_steps",)
+
+
+def build(config: ConfigSource | None, *, run_dir: str | os.PathLike[str] | None = None, overrides: Iterable[str] = (),
+          plugins: Any = None, resume: bool = False) -> Run:
     """Check a config (a TOML path, a dict or a RunConfig) and make its run, not started yet.
-    Raises ConfigError / PluginError (exit status 2 in the CLI) for anything wrong with it."""
+    Raises ConfigError / PluginError (exit status 2 in the CLI) for anything wrong with it.
+
+    ``resume=True`` goes on from the latest snapshot in ``run_dir``, with the config the run was
+    started with (``config`` may be None; if given it must be that config); ``overrides`` may
+    only extend ``training.learning_steps``."""
     from .runtime.plan import make_plan
 
-    cfg, source = load_run_config(config, overrides)
+    if resume:
+        cfg, source = resumed_config(config, run_dir, overrides)
+    else:
+        if config is None:
+            raise ConfigError("a config is needed (None only with resume=True)")
+        cfg, source = load_run_config(config, overrides)
     if plugins is None:
         from .plugins import get_plugin_system
 
         plugins = get_plugin_system()
     directory = str(run_dir) if run_dir is not None else (cfg.run_dir or default_run_dir(cfg.name))
-    return Run(make_plan(cfg, plugins, directory, source), plugins)
+    return Run(make_plan(cfg, plugins, directory, source), plugins, resume=resume)
 
 
-def run(config: str | os.PathLike[str] | Mapping[str, Any] | RunConfig, *, run_dir: str | os.PathLike[str] | None = None,
-        overrides: Iterable[str] = (), plugins: Any = None) -> RunResult:
+def resumed_config(config: ConfigSource | None, run_dir: str | os.PathLike[str] | None,
+                   overrides: Iterable[str]) -> tuple[RunConfig, str]:
+    """The config saved in ``run_dir/config.json``, with the allowed overrides."""
+    if run_dir is None:
+        raise ConfigError("resume needs the run directory to go on from")
+    overrides = list(overrides)
+    for item in overrides:
+        if item.split("=", 1)[0].strip() not in RESUME_OVERRIDES:
+            raise ConfigError(f"--set {item}: when resuming only {', '.join(RESUME_OVERRIDES)} may change")
+    path = Path(run_dir) / "config.json"
+    try:
+        saved = json.loads(path.read_text())["config"]
+    except FileNotFoundError:
+        raise ConfigError(f"{run_dir} is not a run directory (no config.json): nothing to resume") from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"{path}: unreadable ({exc})") from None
+    cfg = validate_config(apply_overrides(saved, overrides), str(path))
+    if config is not None:
+        given, _ = load_run_config(config)
+        ignore = {"training": {"learning_steps"}, "run_dir": True}
+        if given.model_dump(exclude=ignore) != cfg.model_dump(exclude=ignore):
+            raise ConfigError(f"the config differs from the one {run_dir} was started with; resume without a config "
+                              "(it is read from the run directory), or start a new run")
+    return cfg, str(path)
+
+
+def run(config: ConfigSource | None, *, run_dir: str | os.PathLike[str] | None = None, overrides: Iterable[str] = (),
+        plugins: Any = None, resume: bool = False) -> RunResult:
     """Build and start a run; return how it ended (``eval_records`` holds the evaluation or
-    tournament records). A run that cannot go on raises RunFailed."""
-    return build(config, run_dir=run_dir, overrides=overrides, plugins=plugins).start()
+    tournament records). A run that cannot go on raises RunFailed. ``resume``: see ``build``."""
+    return build(config, run_dir=run_dir, overrides=overrides, plugins=plugins, resume=resume).start()

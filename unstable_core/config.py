@@ -92,7 +92,8 @@ class TrainingConfig(Section):
     learning_steps: int = Field(0, ge=0, description="Learner updates to make; exactly this many.")
     batch_size: int = Field(64, ge=1, le=10_000_000, description="Steps per learner update.")
     eval_every: int = Field(0, ge=0, description="Evaluate every N updates (0: only before and after training).")
-    save_every: int = Field(1, ge=1, description="Save a checkpoint every N updates.")
+    save_every: int = Field(1, ge=1, description="Save a checkpoint and a run snapshot (for --resume) every N updates.")
+    keep_snapshots: int = Field(2, ge=0, description="Run snapshots kept in RUN_DIR/state (0: none are written; such a run cannot be resumed).")
     filter_zero_advantage: bool | None = Field(
         None,
         description="Drop steps whose reward (advantage) is exactly zero before the update; None: as the learner "

@@ -13,6 +13,7 @@ so far); ``time`` is seconds since the run started.
 ``summary``     every second and at the end: games, throughput, failures, buffer, per-env totals
 ``ratings``     with every summary: the rater's numbers per model
 ``game``        one per game, only for trackers with ``wants_game_records = True``
+``resume``      where a resumed run went on: the snapshot's learner step
 =============== ===================================================================================
 """
 
@@ -113,6 +114,14 @@ class GameRecord(Record):
     duration_s: float = 0.0
 
 
+class ResumeRecord(Record):
+    """A resumed run goes on from the snapshot of learner step ``step``."""
+
+    type: Literal["resume"] = "resume"
+    games: int = Field(description="Games played up to the snapshot.")
+    replayed: int = Field(0, description="Training games that were in flight at the snapshot, played again.")
+
+
 __all__ = [
-    "Record", "TrainRecord", "EvalRecord", "EvalSkippedRecord", "EnvTotals", "SummaryRecord", "RatingsRecord", "GameRecord",
+    "Record", "ResumeRecord", "TrainRecord", "EvalRecord", "EvalSkippedRecord", "EnvTotals", "SummaryRecord", "RatingsRecord", "GameRecord",
 ]

@@ -192,6 +192,12 @@ class TabularLearner:
         self.batches.append(batch)
         return {"p_best": _softmax(self.logits)[TOY_ACTIONS.index(TOY_BEST)], "grad_norm": math.sqrt(sum(g * g for g in grad))}
 
+    def state_dict(self) -> dict[str, Any]:
+        return {"logits": list(self.logits), "version": self.version}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.logits, self.version = list(state["logits"]), state["version"]
+
     def save_checkpoint(self, directory: str, uid: str) -> Checkpoint:
         write_json_atomic(Path(directory) / "table.json", {"logits": {"pick": self.logits}, "version": self.version})
         return Checkpoint(uid=uid, version=self.version, path=directory)

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .. import hookimpl
 from ..components import BufferSpec
+from ..state import rng_state, set_rng_state
 from ..types import Step
 
 
@@ -52,6 +53,14 @@ class StepBuffer:
             self.steps.pop(i)
         batch.reverse()
         return batch
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"steps": [s.model_dump(mode="json") for s in self.steps], "rng": rng_state(self.rng), "evicted": self.evicted}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.steps = [Step.model_validate(s) for s in state["steps"]]
+        set_rng_state(self.rng, state["rng"])
+        self.evicted = state["evicted"]
 
 
 class EpisodeBuffer:
@@ -94,6 +103,16 @@ class EpisodeBuffer:
             self.episodes.pop(i)
         self._size -= len(steps)
         return steps
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"episodes": [[s.model_dump(mode="json") for s in e] for e in self.episodes], "rng": rng_state(self.rng),
+                "evicted": self.evicted}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.episodes = [[Step.model_validate(s) for s in e] for e in state["episodes"]]
+        self._size = sum(len(e) for e in self.episodes)
+        set_rng_state(self.rng, state["rng"])
+        self.evicted = state["evicted"]
 
 
 def _factory(cls: type) -> Any:

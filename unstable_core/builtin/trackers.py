@@ -64,6 +64,16 @@ class JsonlTracker:
             os.fsync(self.fh.fileno())
             self.fh.close()
 
+    def state_dict(self) -> dict[str, Any]:
+        """How much of the file the snapshot covers: on resume, what was written later goes."""
+        self.fh.flush()
+        os.fsync(self.fh.fileno())
+        return {"offset": self.fh.tell()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.fh.flush()
+        os.truncate(self.path, state["offset"])  # opened for appending: writes go on from there
+
 
 class ConsoleOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")

@@ -64,6 +64,12 @@ class RoleAdvantage:
             out[pid] = r - (new if self.update_first else old)
         return out
 
+    def state_dict(self) -> dict[str, Any]:
+        return {"baseline": [[list(k) if isinstance(k, tuple) else k, v] for k, v in self.baseline.items()]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.baseline = defaultdict(float, {(tuple(k) if isinstance(k, list) else k): v for k, v in state["baseline"]})
+
 
 # -- step -----------------------------------------------------------------------------------------
 

@@ -22,9 +22,10 @@ from typing import Any
 
 from ..errors import ComponentError, RunFailed
 from ..records import EvalRecord, EvalSkippedRecord, RatingsRecord, SummaryRecord, TrainRecord
-from ..types import Batch, BatchEndContext, CheckpointContext, GameEndContext, GameResult, GameSpec, ValidationEndContext, ValidationStartContext
+from ..types import Batch, BatchEndContext, Checkpoint, CheckpointContext, GameEndContext, GameResult, GameSpec, ValidationEndContext, ValidationStartContext
 from .output import RunOutput
 from .plan import RunPlan
+from .resume import snapshot
 from .roles import RoleHandles, first_error
 from .stats import CollectionStats, OutcomeAggregator
 
@@ -58,6 +59,8 @@ class Driver:
         self.last_summary = 0.0
         self.capacity = 0
         self.sync = self.cfg.collection.mode == "sync"
+        self.last_checkpoint: Checkpoint | None = None
+        self.resumed = False  # went on from a snapshot (resume.restore)
 
     # -- the stages -------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -85,7 +88,8 @@ class Driver:
         self.publish_eval(agg.records(0, self.out.now()))
 
     async def train(self) -> None:
-        await self.evaluate(0)
+        if not self.resumed:
+            await self.evaluate(0)
         settings = await self.roles.learner.settings()
         if self.sync:
             await self.train_sync(settings)
@@ -102,10 +106,7 @@ class Driver:
                 if batch is None:
                     continue
                 await self.update(batch)
-                if self.state.step % tc.save_every == 0 or self.state.step == tc.learning_steps:
-                    await self.checkpoint()
-                if tc.eval_every and self.state.step % tc.eval_every == 0 and self.state.step < tc.learning_steps:
-                    group.create_task(self.evaluate(self.state.step))
+                await self.step_done(group.create_task)
             self.stopping = True
             collector.cancel()
 
@@ -123,11 +124,25 @@ class Driver:
             if batch is None:
                 continue
             await self.update(batch)
-            if self.state.step % tc.save_every == 0 or self.state.step == tc.learning_steps:
-                await self.checkpoint()
-            if tc.eval_every and self.state.step % tc.eval_every == 0 and self.state.step < tc.learning_steps:
-                await self.evaluate(self.state.step)
+            await self.step_done(None)
+
+    async def step_done(self, spawn: Callable[[Any], Any] | None) -> None:
+        """After an update: checkpoint and publish, evaluate (in line in sync mode, else as a task
+        ``spawn`` starts), then the run snapshot. The snapshot comes last, so that resuming
+        from it never repeats what came before it."""
+        tc, step = self.cfg.training, self.state.step
+        saving = step % tc.save_every == 0 or step == tc.learning_steps
+        if saving:
+            await self.checkpoint()
+        if tc.eval_every and step % tc.eval_every == 0 and step < tc.learning_steps:
+            if spawn is None:
+                await self.evaluate(step)
+            else:
+                spawn(self.evaluate(step))
+        if self.sync:
             await self.summary()
+        if saving:
+            await snapshot(self)
 
     async def play_in_order(self, specs: list[GameSpec]) -> list[GameResult]:
         """Play specs split evenly over the rollout replicas; results in the specs' order."""
@@ -261,7 +276,7 @@ class Driver:
         """Save, publish to every rollout replica and check the version each serves, then make
         the checkpoint current: no game is scheduled with a checkpoint a replica lacks."""
         uid = f"ckpt-{self.state.step}"
-        ckpt = await self.roles.learner.save(f"{self.run_dir}/checkpoints/{uid}", uid)
+        ckpt = self.last_checkpoint = await self.roles.learner.save(f"{self.run_dir}/checkpoints/{uid}", uid)
         for rollout in self.roles.rollouts:
             await rollout.set_policy(ckpt)
         await self.roles.league.add_checkpoint(ckpt)

@@ -12,6 +12,7 @@ import random
 from typing import Any
 
 from ..errors import ComponentError
+from ..state import load_into, rng_state, set_rng_state, state_of
 from ..types import Checkpoint, CheckpointContext, EnvSpec, GameEndContext, GameResult, GameSpec, ModelRef, _trusted
 from .plan import Builder, RunPlan, guarded
 from .registry import ModelRegistry
@@ -36,6 +37,8 @@ class League:
         self.labels = {key: builder.label(key) for key in ("env_sampler", "model_sampler", "rater")}
         self.listeners = builder.listeners
         self.game_idx = 0
+        self.in_flight: dict[int, GameSpec] = {}  # scheduled training games not yet recorded
+        self.replay: list[GameSpec] = []  # games in flight at a snapshot, played first on resume
         self.evaluated: set[tuple[str, str, str]] = set()
         # one seeded stream for every scheduling draw: games are scheduled in index order, so the
         # draws of game k are determined by the run seed
@@ -48,7 +51,11 @@ class League:
     async def schedule(self, n: int, mode: str) -> list[GameSpec]:
         """The next ``n`` training (``mode="train"``) or tournament games."""
         make = self._train_spec if mode == "train" else self._tournament_spec
-        return [make() for _ in range(n)]
+        specs, self.replay = self.replay[:n], self.replay[n:]
+        specs += [make() for _ in range(n - len(specs))]
+        if mode == "train":
+            self.in_flight.update((s.game_idx, s) for s in specs)
+        return specs
 
     def _sample_env(self, envs: list[EnvSpec]) -> EnvSpec:
         env = guarded(self.labels["env_sampler"], "sample", self.env_sampler.sample, envs, self.schedule_rng)
@@ -135,6 +142,7 @@ class League:
         registry, rater, label = self.registry, self.rater, self.labels["rater"]
         game_end = self.listeners.wants("unstable_game_end")
         for result in results:
+            self.in_flight.pop(result.game.game_idx, None)
             if result.outcome != "failed":
                 registry.record_game(result)
                 guarded(label, "update", rater.update, result, registry)
@@ -160,3 +168,26 @@ class League:
         snap = self.registry.snapshot()
         snap["ratings"] = guarded(self.labels["rater"], "ratings", self.rater.ratings, self.registry)
         return snap
+
+    # -- state ------------------------------------------------------------------------------------
+    STATEFUL = ("env_sampler", "model_sampler", "rater")
+
+    async def state_dict(self) -> dict[str, Any]:
+        """Registry, counters, the schedule stream, training games in flight (re-played on
+        resume) and the state of every Stateful sampler and rater."""
+        return {
+            "registry": self.registry.state_dict(), "game_idx": self.game_idx, "schedule_rng": rng_state(self.schedule_rng),
+            "evaluated": sorted(self.evaluated),
+            "in_flight": [s.model_dump(mode="json") for s in [*self.replay, *sorted(self.in_flight.values(), key=lambda s: s.game_idx)]],
+            "components": {k: state_of(getattr(self, k)) for k in self.STATEFUL},
+        }
+
+    async def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.registry.load_state_dict(state["registry"])
+        self.game_idx = state["game_idx"]
+        set_rng_state(self.schedule_rng, state["schedule_rng"])
+        self.evaluated = {tuple(k) for k in state["evaluated"]}
+        self.replay = [GameSpec.model_validate(s) for s in state["in_flight"]]
+        self.in_flight = {}
+        for key in self.STATEFUL:
+            load_into(getattr(self, key), state["components"][key])

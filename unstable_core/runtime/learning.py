@@ -9,6 +9,7 @@ import asyncio
 from typing import Any
 
 from ..errors import ComponentError
+from ..state import load_into, state_of
 from ..types import Batch, Checkpoint
 from .plan import Builder, RunPlan, guarded
 
@@ -49,3 +50,14 @@ class LearnerRole:
         if not isinstance(ckpt, Checkpoint):
             raise ComponentError(f"{self.label}: save_checkpoint returned {type(ckpt).__name__}; expected a Checkpoint")
         return ckpt
+
+    async def state_dict(self) -> dict[str, Any]:
+        return {"learner": await self._call("state_dict", state_of, self.learner)}
+
+    async def load_state_dict(self, state: dict[str, Any]) -> None:
+        await self._call("load_state_dict", load_into, self.learner, state["learner"])
+
+    async def _call(self, what: str, fn: Any, *args: Any) -> Any:
+        if self.blocking:  # a learner's state is its weights: moved in a worker thread
+            return await asyncio.to_thread(guarded, self.label, what, fn, *args)
+        return guarded(self.label, what, fn, *args)

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..errors import ComponentError, UnstableError
 from ..records import GameRecord, Record
+from ..state import load_into, state_of
 from ..types import GameResult
 from .jsonio import json_line, write_json_atomic
 from .plan import Builder, RunPlan
@@ -29,11 +30,12 @@ def _clip(text: str, limit: int = TRANSCRIPT_TEXT_LIMIT) -> str:
     return text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} more chars]"
 
 
-def prepare_run_dir(path: str | os.PathLike[str]) -> Path:
-    """Make the run directory and its ``games/`` folder; refuse one that already holds a run."""
+def prepare_run_dir(path: str | os.PathLike[str], resume: bool = False) -> Path:
+    """Make the run directory and its ``games/`` folder; refuse one that already holds a run
+    (unless resuming it)."""
     run_dir = Path(path)
     try:
-        if run_dir.is_dir() and any((run_dir / m).exists() for m in RUN_MARKERS):
+        if not resume and run_dir.is_dir() and any((run_dir / m).exists() for m in RUN_MARKERS):
             raise UnstableError(f"run directory {run_dir} already holds a run; choose another --run-dir")
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "games").mkdir(exist_ok=True)
@@ -119,6 +121,26 @@ class RunOutput:
     def flush(self) -> None:
         for fh in self._transcripts.values():
             fh.flush()
+
+    # -- state ------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Transcript file sizes and the trackers' states: on resume, what came later goes."""
+        self.flush()
+        games = self.run_dir / "games"
+        sizes = {p.name: p.stat().st_size for p in games.glob("*.jsonl")}
+        return {"transcripts": sizes, "trackers": [state_of(t) for _, t in self.trackers]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        games = self.run_dir / "games"
+        for p in games.glob("*.jsonl"):
+            size = state["transcripts"].get(p.name, 0)
+            if p.stat().st_size > size:
+                os.truncate(p, size)
+        for (label, tracker), saved in zip(self.trackers, state["trackers"]):
+            try:
+                load_into(tracker, saved)
+            except Exception as exc:
+                raise ComponentError(f"{label}: load_state_dict raised {describe_error(exc)}") from exc
 
     def close(self) -> list[str]:
         """Close transcripts and trackers; return the errors of trackers that failed to close."""

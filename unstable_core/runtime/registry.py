@@ -182,5 +182,22 @@ class ModelRegistry:
             ],
         }
 
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "current": self.current_uid,
+            "entries": [{**{k: v for k, v in e.__dict__.items() if k != "ref"}, "ref": e.ref.model_dump(mode="json")}
+                        for e in self.entries.values()],
+            "pairs": [[a, b, p.games, p.draws, p.wins_a, p.wins_b] for (a, b), p in self.pairs.items()],
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.entries = {}
+        for e in state["entries"]:
+            entry = ModelEntry(**{**e, "ref": ModelRef.model_validate(e["ref"])})
+            self.entries[entry.ref.uid] = entry
+        self.current_uid = state["current"]
+        self.pairs = {(a, b): PairStats(games, draws, wa, wb) for a, b, games, draws, wa, wb in state["pairs"]}
+        self._fixed = None
+
     def write(self, path: str | os.PathLike[str]) -> None:
         write_json_atomic(path, self.snapshot())

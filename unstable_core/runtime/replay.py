@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ComponentError
+from ..state import load_into, state_of
 from ..types import Batch, GameResult, Step
 from .plan import Builder, RunPlan, guarded
 from .rewards import RewardPipelines
@@ -50,3 +51,12 @@ class BufferRole:
 
     async def size(self) -> int:
         return int(self.buffer.size())
+
+    async def state_dict(self) -> dict[str, Any]:
+        """The buffer's state and every Stateful reward transform's (a role baseline, say)."""
+        return {"buffer": state_of(self.buffer), "transforms": [state_of(t) for t in self.rewards.transforms()]}
+
+    async def load_state_dict(self, state: dict[str, Any]) -> None:
+        load_into(self.buffer, state["buffer"])
+        for transform, saved in zip(self.rewards.transforms(), state["transforms"]):
+            load_into(transform, saved)

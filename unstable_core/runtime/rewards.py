@@ -22,6 +22,10 @@ class RewardPipelines:
         self.sampling_transforms = list(sampling)
         self.labels = dict(zip(map(id, [*final, *step, *sampling]), labels))
 
+    def transforms(self) -> list[Any]:
+        """Every transform, in the order final, step, sampling."""
+        return [*self.final_transforms, *self.step_transforms, *self.sampling_transforms]
+
     def _failed(self, transform: Any, exc: Exception) -> ComponentError:
         label = self.labels.get(id(transform), f"reward transform {transform!r}")
         return ComponentError(f"{label} raised {describe_error(exc)}")

@@ -1,0 +1,200 @@
+"""Sync mode is reproducible; runs killed (SIGKILL) at random points resume from their latest
+snapshot and end as the uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import select
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import unstable_core
+from unstable_core.runtime.snapshots import KILL_IN_SNAPSHOT_ENV, read_latest
+from unstable_core.testing import toy_config, toy_plugin
+
+CHILD = Path(__file__).with_name("resume_child.py")
+TIMING = {"time", "games_per_s", "duration_s"}
+
+
+def sync_config(steps: int = 20, **collection):
+    return toy_config(
+        training={"learning_steps": steps, "batch_size": 16, "eval_every": 10},
+        model_sampler={"name": "fixed"},
+        train_envs=[{"env_id": "PickBest-v0", "num_players": 2, "num_actors": 1}],
+        collection={"mode": "sync", "num_train_games": 8, "num_eval_games": 8, "eval_games": 40, "transcripts": 1.0, **collection},
+    )
+
+
+def outputs(run_dir, steps: int = 20):
+    records = [{k: v for k, v in json.loads(line).items() if k not in TIMING} for line in (run_dir / "metrics.jsonl").open()]
+    games = [{k: v for k, v in json.loads(line).items() if k not in TIMING} for line in (run_dir / "games" / "train.jsonl").open()]
+    return records, games, (run_dir / "checkpoints" / f"ckpt-{steps}" / "table.json").read_text()
+
+
+
+def start(run_dir: Path, cfg: dict, resume: bool, env: dict | None = None) -> subprocess.Popen:
+    args = [sys.executable, str(CHILD), str(run_dir), json.dumps(cfg)] + (["--resume"] if resume else [])
+    return subprocess.Popen(args, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def kill_after(proc: subprocess.Popen, events: int) -> bool:
+    """SIGKILL the child once it has reported ``events`` progress lines; False if it ended first."""
+    for _ in range(events):
+        ready, _, _ = select.select([proc.stdout], [], [], 120)
+        if not ready:
+            raise AssertionError("the run reported no progress for 120 s")
+        if not proc.stdout.readline():
+            return False
+    proc.kill()
+    return True
+
+
+def run_with_kills(run_dir: Path, cfg: dict, rng: random.Random, kills: int, most_events: int = 400) -> int:
+    """Start the run and SIGKILL it at a random point of its progress (after 1..most_events
+    finished games or updates), ``kills`` times, resuming from the latest snapshot (or starting
+    over when there is none yet), then let it finish. Returns how many kills landed."""
+    landed = 0
+    for attempt in range(kills + 1):
+        resume = (run_dir / "state" / "latest").exists()
+        if not resume:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        proc = start(run_dir, cfg, resume)
+        try:
+            if attempt < kills and kill_after(proc, rng.randint(1, most_events)):
+                proc.communicate()
+                landed += 1
+                continue
+            _, err = proc.communicate(timeout=120)
+            assert proc.returncode == 0, err.decode()[-2000:]
+            return landed
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return landed
+
+
+KILL_STEPS = 60  # the kill tests' run: about 1.5 s, some 1,500 games
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("reference") / "r"
+    unstable_core.run(sync_config(KILL_STEPS), run_dir=run_dir, plugins=unstable_core.load_plugins(extra=[("toy", toy_plugin)]))
+    return outputs(run_dir, KILL_STEPS)
+
+
+def without_resume_records(out):
+    records, games, table = out
+    return [r for r in records if r["type"] != "resume"], games, table
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_sync_run_killed_at_random_points_ends_as_the_uninterrupted_run(tmp_path, reference, seed):
+    run_dir = tmp_path / "r"
+    landed = run_with_kills(run_dir, sync_config(KILL_STEPS), random.Random(seed), kills=6)
+    assert landed >= 4  # most kills land before the run ends (>= 20 kill points over this file)
+    out = outputs(run_dir, KILL_STEPS)
+    assert [r["step"] for r in out[0] if r["type"] == "train"] == list(range(1, KILL_STEPS + 1))  # each step once
+    assert without_resume_records(out) == reference
+
+
+def test_a_kill_during_a_snapshot_write_leaves_the_previous_one_as_latest(tmp_path, reference):
+    run_dir = tmp_path / "r"
+    proc = start(run_dir, sync_config(KILL_STEPS), resume=False, env={KILL_IN_SNAPSHOT_ENV: "5"})
+    try:
+        proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == -signal.SIGKILL
+    assert (run_dir / "state" / ".tmp-step-5").is_dir()  # half-written, never named
+    step, state = read_latest(run_dir)
+    assert step == 4 and state["driver"]["step"] == 4
+    proc = start(run_dir, sync_config(KILL_STEPS), resume=True)
+    try:
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err.decode()[-2000:]
+    assert without_resume_records(outputs(run_dir, KILL_STEPS)) == reference
+    assert sorted(p.name for p in (run_dir / "state").iterdir()) == ["latest", "step-59", "step-60"]  # keep_snapshots = 2
+
+
+def test_an_async_run_killed_and_resumed_loses_and_repeats_no_step(tmp_path):
+    cfg = sync_config(KILL_STEPS, mode="async")
+    run_dir = tmp_path / "r"
+    assert run_with_kills(run_dir, cfg, random.Random(7), kills=4) >= 3
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
+    assert [r["step"] for r in records if r["type"] == "train"] == list(range(1, KILL_STEPS + 1))
+
+
+def test_a_restored_league_buffer_and_learner_equal_the_snapshot(tmp_path):
+    system = unstable_core.load_plugins(extra=[("toy", toy_plugin)])
+    cfg = sync_config(6, mode="async")
+    unstable_core.run(cfg, run_dir=tmp_path / "r", plugins=system)
+    step, saved = read_latest(tmp_path / "r")
+    job = unstable_core.build(None, run_dir=tmp_path / "r", plugins=system, resume=True)
+    result = job.start()  # nothing left to train: restores, evaluates, ends
+    assert result.learner_steps == 6 == step
+    import asyncio
+
+    league = asyncio.run(job.roles.league.state_dict())
+    assert league["schedule_rng"] == saved["league"]["schedule_rng"]
+    assert league["game_idx"] > saved["league"]["game_idx"] or league["game_idx"] == saved["league"]["game_idx"]
+    learner = asyncio.run(job.roles.learner.state_dict())
+    assert learner == saved["learner"]
+
+
+def test_resume_refuses_what_it_cannot_continue(tmp_path):
+    system = unstable_core.load_plugins(extra=[("toy", toy_plugin)])
+    with pytest.raises(unstable_core.ConfigError, match="not a run directory"):
+        unstable_core.run(None, run_dir=tmp_path / "none", plugins=system, resume=True)
+    cfg = sync_config()
+    cfg["training"] = {**cfg["training"], "learning_steps": 2, "keep_snapshots": 0}
+    unstable_core.run(cfg, run_dir=tmp_path / "r", plugins=system)
+    with pytest.raises(unstable_core.UnstableError, match="holds no snapshot"):
+        unstable_core.run(None, run_dir=tmp_path / "r", plugins=system, resume=True)
+    with pytest.raises(unstable_core.ConfigError, match="only training.learning_steps may change"):
+        unstable_core.run(None, run_dir=tmp_path / "r", plugins=system, resume=True, overrides=["training.batch_size=4"])
+    other = sync_config()
+    other["seed"] = 5
+    with pytest.raises(unstable_core.ConfigError, match="differs from the one"):
+        unstable_core.run(other, run_dir=tmp_path / "r", plugins=system, resume=True)
+
+
+def test_two_sync_runs_are_identical(make_plugin_system, tmp_path):
+    system = make_plugin_system(toy_plugin)
+    for name in ("a", "b"):
+        unstable_core.run(sync_config(), run_dir=tmp_path / name, plugins=system)
+    first, second = outputs(tmp_path / "a"), outputs(tmp_path / "b")
+    assert first == second
+    records = first[0]
+    assert [r["step"] for r in records if r["type"] == "train"] == list(range(1, 21))
+    assert sum(r["type"] == "summary" for r in records) == 21  # one a step and the final one: none on a timer
+
+
+def test_sync_runs_of_different_seeds_differ(make_plugin_system, tmp_path):
+    system = make_plugin_system(toy_plugin)
+    unstable_core.run(sync_config(), run_dir=tmp_path / "a", plugins=system)
+    cfg = sync_config()
+    cfg["seed"] = 1
+    unstable_core.run(cfg, run_dir=tmp_path / "b", plugins=system)
+    assert outputs(tmp_path / "a")[1] != outputs(tmp_path / "b")[1]
+
+
+def test_sync_mode_with_a_buffer_smaller_than_a_batch_is_refused(make_plugin_system, tmp_path):
+    cfg = sync_config()
+    cfg["buffer"] = {"name": "step", "capacity": 8}
+    with pytest.raises(unstable_core.UnstableError, match="capacity 8 is smaller than training.batch_size 16"):
+        unstable_core.run(cfg, run_dir=tmp_path / "r", plugins=make_plugin_system(toy_plugin))

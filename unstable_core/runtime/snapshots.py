@@ -1,0 +1,116 @@
+"""Run snapshots: ``RUN_DIR/state/step-N/`` at learner-step boundaries, and reading them back.
+
+A snapshot is written into ``state/.tmp-step-N``, fsynced, renamed to ``state/step-N`` and only
+then named by ``state/latest`` (written atomically, last), so a run killed at any moment leaves
+the previous snapshot as ``latest``. Older snapshots beyond ``keep`` are removed afterwards.
+Torch tensors in the state go to ``tensors.safetensors``, everything else to ``state.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from ..errors import UnstableError
+from .jsonio import write_json_atomic
+
+TENSOR = "__tensor__"
+#: for tests: SIGKILL this process in the middle of writing the snapshot of this step
+KILL_IN_SNAPSHOT_ENV = "UNSTABLE_TEST_KILL_IN_SNAPSHOT"
+
+
+def _is_tensor(value: Any) -> bool:
+    t = type(value)
+    return t.__name__ in ("Tensor", "Parameter") and t.__module__.startswith("torch")
+
+
+def split_tensors(value: Any, tensors: dict[str, Any], path: str = "") -> Any:
+    """``value`` with every tensor replaced by ``{"__tensor__": key}``, the tensors put in ``tensors``."""
+    if _is_tensor(value):
+        key = path or "root"
+        tensors[key] = value.detach().cpu().contiguous()
+        return {TENSOR: key}
+    if isinstance(value, dict):
+        return {str(k): split_tensors(v, tensors, f"{path}/{k}") for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [split_tensors(v, tensors, f"{path}/{i}") for i, v in enumerate(value)]
+    return value
+
+
+def join_tensors(value: Any, tensors: dict[str, Any]) -> Any:
+    if isinstance(value, dict):
+        if set(value) == {TENSOR}:
+            return tensors[value[TENSOR]]
+        return {k: join_tensors(v, tensors) for k, v in value.items()}
+    if isinstance(value, list):
+        return [join_tensors(v, tensors) for v in value]
+    return value
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_snapshot(run_dir: str | Path, step: int, state: dict[str, Any], keep: int = 2) -> Path:
+    root = Path(run_dir) / "state"
+    root.mkdir(exist_ok=True)
+    final, tmp = root / f"step-{step}", root / f".tmp-step-{step}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    tensors: dict[str, Any] = {}
+    plain = split_tensors(state, tensors)
+    if tensors:
+        from safetensors.torch import save_file  # only runs whose state holds tensors need it
+
+        save_file(tensors, str(tmp / "tensors.safetensors"))
+    with open(tmp / "state.json", "w", encoding="utf-8") as fh:
+        json.dump({"step": step, "state": plain}, fh)
+        fh.flush()
+        if os.environ.get(KILL_IN_SNAPSHOT_ENV) == str(step):
+            os.kill(os.getpid(), 9)
+        os.fsync(fh.fileno())
+    _fsync_dir(tmp)
+    if final.exists():  # a snapshot of this step from before a kill: replaced
+        shutil.rmtree(final)
+    os.rename(tmp, final)
+    _fsync_dir(root)
+    write_json_atomic(root / "latest", {"step": step, "path": final.name})
+    for old in sorted(_steps(root))[:-keep] if keep > 0 else []:
+        shutil.rmtree(root / f"step-{old}", ignore_errors=True)
+    return final
+
+
+def _steps(root: Path) -> list[int]:
+    out = []
+    for p in root.glob("step-*"):
+        try:
+            out.append(int(p.name.split("-", 1)[1]))
+        except ValueError:
+            pass
+    return out
+
+
+def read_latest(run_dir: str | Path) -> tuple[int, dict[str, Any]]:
+    """(step, state) of the snapshot ``state/latest`` names; a clear error when there is none."""
+    root = Path(run_dir) / "state"
+    try:
+        latest = json.loads((root / "latest").read_text())
+        folder = root / latest["path"]
+        data = json.loads((folder / "state.json").read_text())
+    except FileNotFoundError:
+        raise UnstableError(f"run directory {run_dir} holds no snapshot to resume from (no state/latest)") from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UnstableError(f"run directory {run_dir}: unreadable snapshot: {exc}") from None
+    tensors: dict[str, Any] = {}
+    if (folder / "tensors.safetensors").exists():
+        from safetensors.torch import load_file
+
+        tensors = load_file(str(folder / "tensors.safetensors"))
+    return int(data["step"]), join_tensors(data["state"], tensors)
