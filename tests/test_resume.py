@@ -198,3 +198,16 @@ def test_sync_mode_with_a_buffer_smaller_than_a_batch_is_refused(make_plugin_sys
     cfg["buffer"] = {"name": "step", "capacity": 8}
     with pytest.raises(unstable_core.UnstableError, match="capacity 8 is smaller than training.batch_size 16"):
         unstable_core.run(cfg, run_dir=tmp_path / "r", plugins=make_plugin_system(toy_plugin))
+
+
+def test_cli_resume_errors_are_one_line_with_exit_status_2(cli, tmp_path):
+    proc = cli("run", "--resume", str(tmp_path / "nothing"))
+    assert proc.returncode == 2 and "not a run directory" in proc.stderr and "Traceback" not in proc.stderr
+    proc = cli("run")
+    assert proc.returncode == 2 and "--resume RUN_DIR" in proc.stderr
+    done = cli("run", "examples/tournament.toml", "--run-dir", str(tmp_path / "t"), "--set", "collection.tournament_games=4")
+    assert done.returncode == 0, done.stderr
+    proc = cli("run", "--resume", str(tmp_path / "t"))
+    assert proc.returncode == 2 and "holds no snapshot" in proc.stderr
+    proc = cli("run", "--resume", str(tmp_path / "t"), "--set", "seed=3")
+    assert proc.returncode == 2 and "only training.learning_steps may change" in proc.stderr

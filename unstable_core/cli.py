@@ -42,15 +42,24 @@ def cli() -> None:
 
 
 @cli.command()
-@click.argument("config", type=click.Path(dir_okay=False))
+@click.argument("config", type=click.Path(dir_okay=False), required=False)
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a config key (repeatable).")
 @click.option("--run-dir", type=click.Path(file_okay=False), default=None, help="Run directory (default runs/NAME-TIME).")
-def run(config: str, overrides: tuple[str, ...], run_dir: str | None) -> None:
-    """Run a config: train, or without a learner play a tournament."""
+@click.option("--resume", "resume_dir", type=click.Path(file_okay=False), default=None, metavar="RUN_DIR",
+              help="Go on from RUN_DIR's latest snapshot, with its config (--set may only raise training.learning_steps).")
+def run(config: str | None, overrides: tuple[str, ...], run_dir: str | None, resume_dir: str | None) -> None:
+    """Run a config: train, or without a learner play a tournament; or resume a run."""
     from .api import build
-    from .errors import RunInterrupted
+    from .errors import ConfigError, RunInterrupted
 
-    job = build(config, run_dir=run_dir, overrides=overrides, plugins=_system())
+    if resume_dir is not None:
+        if run_dir is not None and run_dir != resume_dir:
+            raise ConfigError("--resume RUN_DIR goes on in RUN_DIR: leave out --run-dir")
+        job = build(config, run_dir=resume_dir, overrides=overrides, plugins=_system(), resume=True)
+    elif config is None:
+        raise ConfigError("give a config to run, or --resume RUN_DIR")
+    else:
+        job = build(config, run_dir=run_dir, overrides=overrides, plugins=_system())
     click.echo(f"run directory: {job.run_dir}", err=True)
     try:
         result = job.start()

@@ -57,3 +57,33 @@ def test_a_tiny_model_is_built_inside_a_run(tmp_path):
     result = unstable_core.run(cfg, run_dir=tmp_path / "run", plugins=system)
     assert result.status == "completed" and result.learner_steps == 1
     assert len(list((tmp_path / "cache").glob("tiny-*"))) == 1
+
+
+def test_a_resumed_sync_run_ends_with_the_same_adapter(tiny_path, tmp_path):
+    """Sync mode, 4 updates: stopped after 2 and resumed (extended to 4), the adapter equals the
+    uninterrupted run's exactly."""
+    from safetensors.torch import load_file
+
+    system = load_plugins(entry_points=False, extra=[("hf", hf_plugin), ("reinforce", reinforce_plugin)], strict=True)
+    cfg = {
+        "name": "it", "seed": 3, "train_envs": [{"env_id": "KuhnPoker-v0-train", "num_actors": 1, "template": "qwen3-zs"}],
+        "opponents": ["random-valid"], "model": {"model": tiny_path}, "model_sampler": {"name": "fixed"},
+        "inference": {"name": "hf", "device": "cpu", "max_tokens": 6, "batch_wait_ms": 5, "lora": {"rank": 4, "alpha": 8}},
+        "learner": {"name": "reinforce", "device": "cpu", "lr": 1e-2, "mini_batch_size": 8, "max_generation_len": 6, "lora": {"rank": 4, "alpha": 8}},
+        "training": {"learning_steps": 4, "batch_size": 8, "save_every": 1, "filter_zero_advantage": False},
+        "collection": {"mode": "sync", "num_train_games": 4, "eval_games": 0},
+        "trackers": [{"name": "jsonl"}],
+    }
+    unstable_core.run(cfg, run_dir=tmp_path / "full", plugins=system)
+    short = {**cfg, "training": {**cfg["training"], "learning_steps": 2}}
+    unstable_core.run(short, run_dir=tmp_path / "part", plugins=system)
+    result = unstable_core.run(None, run_dir=tmp_path / "part", plugins=system, resume=True, overrides=["training.learning_steps=4"])
+    assert result.learner_steps == 4
+    name = "adapter_model.safetensors"
+    full, part = (load_file(str(tmp_path / d / "checkpoints" / "ckpt-4" / name)) for d in ("full", "part"))
+    assert full.keys() == part.keys()
+    first = load_file(str(tmp_path / "full" / "checkpoints" / "ckpt-1" / name))
+    assert any(not (first[k] == full[k]).all() for k in full)  # training moved the adapter
+    assert max(float((full[k] - part[k]).abs().max()) for k in full) == 0.0
+    trains = [json.loads(line) for line in (tmp_path / "part" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in trains if r["type"] == "train"] == [1, 2, 3, 4]

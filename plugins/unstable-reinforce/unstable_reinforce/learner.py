@@ -149,6 +149,27 @@ class ReinforceLearner:
             **extra,
         }
 
+    # -- state (for resume) -----------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Adapter weights, optimizer state, torch RNG and version: what resuming needs to take
+        the next step exactly as an uninterrupted run would."""
+        return {
+            "version": self.version,
+            "adapter": {n: p.detach().clone() for n, p in self.model.named_parameters() if p.requires_grad},
+            "optimizer": self.optimizer.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        params = dict(self.model.named_parameters())
+        with torch.no_grad():
+            for name, value in state["adapter"].items():
+                params[name].copy_(value)
+        saved = state["optimizer"]  # JSON turned its integer keys into strings
+        self.optimizer.load_state_dict({"state": {int(k): v for k, v in saved["state"].items()}, "param_groups": saved["param_groups"]})
+        torch.set_rng_state(state["torch_rng"])
+        self.version = int(state["version"])
+
     # -- checkpoints ------------------------------------------------------------------------------
     def save_checkpoint(self, directory: str, uid: str) -> Checkpoint:
         """Write the adapter (safetensors) into a temp folder beside `directory`, then rename:
