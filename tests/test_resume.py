@@ -211,3 +211,37 @@ def test_cli_resume_errors_are_one_line_with_exit_status_2(cli, tmp_path):
     assert proc.returncode == 2 and "holds no snapshot" in proc.stderr
     proc = cli("run", "--resume", str(tmp_path / "t"), "--set", "seed=3")
     assert proc.returncode == 2 and "only training.learning_steps may change" in proc.stderr
+
+
+def test_builtin_stateful_components_round_trip():
+    import random as random_module
+
+    from unstable_core.builtin.transforms import RoleAdvantage, RoleAdvantageOptions
+    from unstable_core.runtime.registry import ModelRegistry
+    from unstable_core.testing import TabularLearner, TabularOptions, check_state_round_trip, sample_result
+    from unstable_core import Batch, ModelRef
+    from unstable_core.runtime.rewards import RewardPipelines
+
+    def advantage(t):
+        return [t({0: 1.0, 1: -1.0}, "TicTacToe-v0"), t({0: 0.0, 1: 0.0}, "KuhnPoker-v0")]
+
+    check_state_round_trip(lambda: RoleAdvantage(RoleAdvantageOptions(), by_env=True), advantage)
+
+    def registry():
+        reg = ModelRegistry()
+        for uid in ("a|b", "games"):
+            reg.add(ModelRef(uid=uid, model="random-valid"))
+        return reg
+
+    def play(reg):
+        result = sample_result()
+        result = result.model_copy(update={"game": result.game.model_copy(update={"seats": [reg.get("a|b").ref, reg.get("games").ref]})})
+        reg.record_game(result)
+        return reg.snapshot()
+
+    check_state_round_trip(registry, play)
+    rng = random_module.Random(0)
+    steps = [s for _ in range(3) for e in RewardPipelines().episodes(sample_result(train_seats=[0, 1])) for s in e]
+    for s in steps:
+        s.turn.completion_token_ids[:] = [rng.randrange(3)]
+    check_state_round_trip(lambda: TabularLearner(TabularOptions(lr=0.5)), lambda t: t.update(Batch(steps=steps, learner_version=0)))
