@@ -3,7 +3,10 @@
     drive:      run start -> (train | tournament) -> run end
     train:      evaluate(0) -> [collect lanes || update loop] -> evaluate(final)
     collect:    schedule -> play -> ingest (record + add + transcripts + hooks), back-pressured
-    update:     draw -> filter -> update -> checkpoint -> publish + verify -> evaluate (every N)
+    update:     draw -> filter -> update -> checkpoint -> publish + verify -> evaluate (every N) -> snapshot
+    sync mode:  per step, rounds of games with the current policy -> update -> ...; nothing on a timer
+
+Evaluation rounds are in ``evaluation.py``, snapshots and resume in ``resume.py``.
 
 Every role is awaited through its handle (in-process objects with the local executor, actors
 with a distributed one). Lifecycle hooks and trackers run here only. A stage that raises stops
@@ -20,11 +23,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ComponentError, RunFailed
-from ..records import EvalRecord, EvalSkippedRecord, RatingsRecord, SummaryRecord, TrainRecord
-from ..types import Batch, BatchEndContext, Checkpoint, CheckpointContext, GameEndContext, GameResult, GameSpec, ValidationEndContext, ValidationStartContext
+from ..errors import RunFailed
+from ..records import EvalRecord, RatingsRecord, SummaryRecord, TrainRecord
+from ..types import Batch, BatchEndContext, Checkpoint, CheckpointContext, GameEndContext, GameResult, GameSpec
 from .output import RunOutput
 from .plan import RunPlan
+from .evaluation import evaluate
 from .resume import snapshot
 from .roles import RoleHandles, first_error
 from .stats import CollectionStats, OutcomeAggregator
@@ -283,40 +287,9 @@ class Driver:
         self.out.write_json("registry.json", await self.roles.league.snapshot())
         self.system.call_lifecycle("unstable_checkpoint_saved", ctx=CheckpointContext(run_dir=self.run_dir, checkpoint=ckpt))
 
-    # -- evaluation -------------------------------------------------------------------------------
+    # -- evaluation (evaluation.py) ----------------------------------------------------------------
     async def evaluate(self, step: int) -> list[EvalRecord]:
-        c, league = self.cfg.collection, self.roles.league
-        fixed = await league.fixed()
-        if not fixed or not self.cfg.evaluation_envs or c.eval_games == 0:
-            return []
-        current = await league.current()
-        ctx = ValidationStartContext(run_dir=self.run_dir, learner_step=step, model=current,
-                                     env_ids=[e.env_id for e in self.cfg.evaluation_envs], opponents=[o.uid for o in fixed])
-        votes = self.system.call_lifecycle("unstable_validation_start", ctx=ctx)
-        for plugin, vote in votes:
-            if not isinstance(vote, bool):
-                raise ComponentError(f"{self.system.describe(plugin)}: hook unstable_validation_start returned {vote!r}; "
-                                     "expected True, False or None")
-        if any(vote is False for _, vote in votes):
-            self.out.log(EvalSkippedRecord(step=step, time=self.out.now(), model=current.uid if current else ""))
-            return []
-        model, specs = await league.eval_specs(step)
-        if model is None or not specs:
-            return []
-        taken = 0
-
-        async def next_specs(n: int) -> list[GameSpec]:
-            nonlocal taken
-            taken += n
-            return specs[taken - n : taken]
-
-        agg = OutcomeAggregator(anchor=model.uid)
-        await self.lanes(c.num_eval_games, next_specs, agg.add_all)
-        records = agg.records(step, self.out.now())
-        self.publish_eval(records)
-        self.system.call_lifecycle("unstable_validation_end", ctx=ValidationEndContext(
-            run_dir=self.run_dir, learner_step=step, records=[r.model_dump(mode="json") for r in records]))
-        return records
+        return await evaluate(self, step)
 
     def publish_eval(self, records: list[EvalRecord]) -> None:
         for record in records:
