@@ -245,3 +245,41 @@ def test_builtin_stateful_components_round_trip():
     for s in steps:
         s.turn.completion_token_ids[:] = [rng.randrange(3)]
     check_state_round_trip(lambda: TabularLearner(TabularOptions(lr=0.5)), lambda t: t.update(Batch(steps=steps, learner_version=0)))
+
+
+def test_after_an_async_kill_the_restored_roles_equal_the_snapshot(tmp_path):
+    """Registry (ratings, counts), game counter, schedule stream, buffer and learner state right
+    after restore, before any game: equal to what the snapshot holds."""
+    import asyncio
+
+    from unstable_core.runtime.driver import Driver
+    from unstable_core.runtime.output import RunOutput
+    from unstable_core.runtime.resume import restore
+    from unstable_core.runtime.roles import build_role, RoleHandles
+
+    run_dir = tmp_path / "r"
+    cfg = sync_config(KILL_STEPS, mode="async")
+    proc = start(run_dir, cfg, resume=False)
+    try:
+        assert kill_after(proc, 700)  # mid-run, past several snapshots
+        proc.communicate()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    step, saved = read_latest(run_dir)
+    assert step > 0
+    system = unstable_core.load_plugins(extra=[("toy", toy_plugin)])
+    plan = unstable_core.build(None, run_dir=run_dir, plugins=system, resume=True).plan
+
+    async def restored():
+        roles = RoleHandles(league=build_role("league", plan, system), rollouts=[build_role("rollout", plan, system)],
+                            buffer=build_role("buffer", plan, system), learner=build_role("learner", plan, system))
+        driver = Driver(plan, roles, RunOutput(plan, system), system)
+        await restore(driver, step, saved)
+        return driver, await roles.league.state_dict(), await roles.buffer.state_dict(), await roles.learner.state_dict()
+
+    driver, league, buffer, learner = asyncio.run(restored())
+    driver.out.close()
+    assert league == saved["league"] and buffer == saved["buffer"] and learner == saved["learner"]
+    assert league["registry"]["entries"] and any(e["games"] for e in league["registry"]["entries"])
+    assert driver.state.step == step and driver.state.games_played == saved["driver"]["games_played"]

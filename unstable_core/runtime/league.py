@@ -177,7 +177,7 @@ class League:
         resume) and the state of every Stateful sampler and rater."""
         return {
             "registry": self.registry.state_dict(), "game_idx": self.game_idx, "schedule_rng": rng_state(self.schedule_rng),
-            "evaluated": sorted(self.evaluated),
+            "evaluated": [list(k) for k in sorted(self.evaluated)],
             "in_flight": [s.model_dump(mode="json") for s in [*self.replay, *sorted(self.in_flight.values(), key=lambda s: s.game_idx)]],
             "components": {k: state_of(getattr(self, k)) for k in self.STATEFUL},
         }
