@@ -193,8 +193,9 @@ def test_sync_runs_of_different_seeds_differ(make_plugin_system, tmp_path):
     assert outputs(tmp_path / "a")[1] != outputs(tmp_path / "b")[1]
 
 
-def test_sync_mode_with_a_buffer_smaller_than_a_batch_is_refused(make_plugin_system, tmp_path):
-    cfg = sync_config()
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_buffer_smaller_than_a_batch_is_refused_not_a_hang(make_plugin_system, tmp_path, mode):
+    cfg = sync_config(mode=mode)
     cfg["buffer"] = {"name": "step", "capacity": 8}
     with pytest.raises(unstable_core.UnstableError, match="capacity 8 is smaller than training.batch_size 16"):
         unstable_core.run(cfg, run_dir=tmp_path / "r", plugins=make_plugin_system(toy_plugin))

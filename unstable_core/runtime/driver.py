@@ -92,6 +92,10 @@ class Driver:
         self.publish_eval(agg.records(0, self.out.now()))
 
     async def train(self) -> None:
+        batch_size = self.cfg.training.batch_size
+        if self.capacity < batch_size:  # collection would pause on a full buffer that never holds a batch
+            raise RunFailed(f"buffer capacity {self.capacity} is smaller than training.batch_size {batch_size}: "
+                            "a batch could never be drawn")
         if not self.resumed:
             await self.evaluate(0)
         settings = await self.roles.learner.settings()
@@ -118,9 +122,6 @@ class Driver:
         """Each step: play rounds of ``num_train_games`` games with the current policy until the
         buffer holds a batch, then update; evaluation in line. Nothing depends on timing."""
         tc, league, buffer = self.cfg.training, self.roles.league, self.roles.buffer
-        if self.capacity < tc.batch_size:
-            raise RunFailed(f"buffer capacity {self.capacity} is smaller than training.batch_size {tc.batch_size}: "
-                            "in sync mode a batch could never be drawn")
         while self.state.step < tc.learning_steps:
             while await buffer.size() < tc.batch_size:
                 await self.ingest(await self.play_in_order(await league.schedule(self.cfg.collection.num_train_games, "train")))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +75,7 @@ def write_snapshot(run_dir: str | Path, step: int, state: dict[str, Any], keep: 
         json.dump({"step": step, "state": plain}, fh)
         fh.flush()
         if os.environ.get(KILL_IN_SNAPSHOT_ENV) == str(step):
-            os.kill(os.getpid(), 9)
+            os.kill(os.getpid(), signal.SIGKILL)
         os.fsync(fh.fileno())
     _fsync_dir(tmp)
     if final.exists():  # a snapshot of this step from before a kill: replaced
