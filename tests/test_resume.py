@@ -4,22 +4,17 @@ snapshot and end as the uninterrupted run."""
 from __future__ import annotations
 
 import json
-import os
 import random
-import select
-import shutil
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import unstable_core
 from unstable_core.runtime.snapshots import KILL_IN_SNAPSHOT_ENV, read_latest
-from unstable_core.testing import toy_config, toy_plugin
+from unstable_core.testing import kill_after, restored_state, start_run, toy_config, toy_plugin
+from unstable_core.testing import run_with_kills as harness_run_with_kills
 
-CHILD = Path(__file__).with_name("resume_child.py")
 TIMING = {"time", "games_per_s", "duration_s"}
 
 
@@ -39,48 +34,15 @@ def outputs(run_dir, steps: int = 20):
 
 
 
-def start(run_dir: Path, cfg: dict, resume: bool, env: dict | None = None) -> subprocess.Popen:
-    args = [sys.executable, str(CHILD), str(run_dir), json.dumps(cfg)] + (["--resume"] if resume else [])
-    return subprocess.Popen(args, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+TOY = ["unstable_core.testing:toy_plugin"]
 
 
-def kill_after(proc: subprocess.Popen, events: int) -> bool:
-    """SIGKILL the child once it has reported ``events`` progress lines; False if it ended first."""
-    for _ in range(events):
-        ready, _, _ = select.select([proc.stdout], [], [], 120)
-        if not ready:
-            raise AssertionError("the run reported no progress for 120 s")
-        if not proc.stdout.readline():
-            return False
-    proc.kill()
-    return True
+def start(run_dir: Path, cfg: dict, resume: bool, env: dict | None = None):
+    return start_run(run_dir, cfg, resume=resume, plugins=TOY, env=env)
 
 
 def run_with_kills(run_dir: Path, cfg: dict, rng: random.Random, kills: int, most_events: int = 400) -> int:
-    """Start the run and SIGKILL it at a random point of its progress (after 1..most_events
-    finished games or updates), ``kills`` times, resuming from the latest snapshot (or starting
-    over when there is none yet), then let it finish. Returns how many kills landed."""
-    landed = 0
-    for attempt in range(kills + 1):
-        resume = (run_dir / "state" / "latest").exists()
-        if not resume:
-            shutil.rmtree(run_dir, ignore_errors=True)
-        proc = start(run_dir, cfg, resume)
-        try:
-            if attempt < kills and kill_after(proc, rng.randint(1, most_events)):
-                proc.communicate()
-                landed += 1
-                continue
-            _, err = proc.communicate(timeout=120)
-            assert proc.returncode == 0, err.decode()[-2000:]
-            return landed
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    return landed
+    return harness_run_with_kills(run_dir, cfg, rng, kills, most_events, plugins=TOY)
 
 
 KILL_STEPS = 60  # the kill tests' run: about 1.5 s, some 1,500 games
@@ -137,6 +99,30 @@ def test_an_async_run_killed_and_resumed_loses_and_repeats_no_step(tmp_path):
     assert run_with_kills(run_dir, cfg, random.Random(7), kills=4) >= 3
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
     assert [r["step"] for r in records if r["type"] == "train"] == list(range(1, KILL_STEPS + 1))
+
+
+def test_an_evaluation_round_in_flight_at_a_kill_is_finished_on_resume(tmp_path):
+    """Async mode: killed while the step-10 evaluation round plays (its 400 games take some 20
+    updates; snapshots from step 10 on hold it with its unfinished games), the resumed run plays
+    those games and reports the round once, every (env, opponent) with all its eval_games."""
+    cfg = sync_config(KILL_STEPS, mode="async", eval_games=400)
+    run_dir = tmp_path / "r"
+    proc = start(run_dir, cfg, resume=False)
+    try:
+        assert kill_after(proc, 11, kinds="u")  # the 11th update comes after the snapshot of step 10
+        proc.communicate()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    step, saved = read_latest(run_dir)
+    rounds = saved["driver"]["eval_rounds"]
+    assert step >= 10 and [r["step"] for r in rounds] == [10] and 0 < len(rounds[0]["specs"]) <= 400
+    assert run_with_kills(run_dir, cfg, random.Random(0), kills=0) == 0
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
+    evals = [(r["step"], r["opponent"], r["games"]) for r in records if r["type"] == "eval"]
+    assert [(s, g) for s, _, g in evals] == [(s, 400) for s in range(0, KILL_STEPS + 1, 10)]
+    resume = next(r for r in records if r["type"] == "resume")
+    assert resume["replayed"] >= len(rounds[0]["specs"])
 
 
 def test_a_restored_league_buffer_and_learner_equal_the_snapshot(tmp_path):
@@ -251,36 +237,17 @@ def test_builtin_stateful_components_round_trip():
 def test_after_an_async_kill_the_restored_roles_equal_the_snapshot(tmp_path):
     """Registry (ratings, counts), game counter, schedule stream, buffer and learner state right
     after restore, before any game: equal to what the snapshot holds."""
-    import asyncio
-
-    from unstable_core.runtime.driver import Driver
-    from unstable_core.runtime.output import RunOutput
-    from unstable_core.runtime.resume import restore
-    from unstable_core.runtime.roles import build_role, RoleHandles
-
     run_dir = tmp_path / "r"
-    cfg = sync_config(KILL_STEPS, mode="async")
-    proc = start(run_dir, cfg, resume=False)
+    proc = start(run_dir, sync_config(KILL_STEPS, mode="async"), resume=False)
     try:
         assert kill_after(proc, 700)  # mid-run, past several snapshots
         proc.communicate()
     finally:
         if proc.poll() is None:
             proc.kill()
-    step, saved = read_latest(run_dir)
+    step, saved, restored = restored_state(run_dir, unstable_core.load_plugins(extra=[("toy", toy_plugin)]))
     assert step > 0
-    system = unstable_core.load_plugins(extra=[("toy", toy_plugin)])
-    plan = unstable_core.build(None, run_dir=run_dir, plugins=system, resume=True).plan
-
-    async def restored():
-        roles = RoleHandles(league=build_role("league", plan, system), rollouts=[build_role("rollout", plan, system)],
-                            buffer=build_role("buffer", plan, system), learner=build_role("learner", plan, system))
-        driver = Driver(plan, roles, RunOutput(plan, system), system)
-        await restore(driver, step, saved)
-        return driver, await roles.league.state_dict(), await roles.buffer.state_dict(), await roles.learner.state_dict()
-
-    driver, league, buffer, learner = asyncio.run(restored())
-    driver.out.close()
-    assert league == saved["league"] and buffer == saved["buffer"] and learner == saved["learner"]
+    assert restored == saved
+    assert restored["driver"]["step"] == step and restored["driver"]["games_played"] > 0
+    league = restored["league"]
     assert league["registry"]["entries"] and any(e["games"] for e in league["registry"]["entries"])
-    assert driver.state.step == step and driver.state.games_played == saved["driver"]["games_played"]

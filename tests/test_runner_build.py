@@ -137,7 +137,7 @@ def test_scheduled_specs_equal_their_validated_copies(tmp_path, make_plugin_syst
     import asyncio
 
     from unstable_core.plugins import load_plugins
-    from unstable_core.testing import _ToyPlugin, toy_config
+    from unstable_core.testing.toy import _ToyPlugin, toy_config
 
     tournament = {
         "name": "t", "train_envs": ["TicTacToe-v0-train"], "opponents": ["greedy", "random-valid"],

@@ -1,0 +1,330 @@
+"""Conformance classes, one per component kind, and the ``Stateful`` round-trip check."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ..components import PROTOCOLS
+from ..runtime.registry import ModelRegistry
+from ..types import (
+    Completion,
+    EnvSpec,
+    GameEndContext,
+    GameResult,
+    GameSpec,
+    GenerationRequest,
+    ModelRef,
+    PlayerTrajectory,
+    Step,
+    Turn,
+)
+
+# ---------------------------------------------------------------------------------------------
+# Conformance kit
+# ---------------------------------------------------------------------------------------------
+
+
+def sample_result(env_id: str = "PickBest-v0", rewards: dict[int, float] | None = None, train_seats: list[int] | None = None,
+                  seats: list[ModelRef] | None = None) -> GameResult:
+    """A finished two-player game with one turn per player, for component tests."""
+    rewards = rewards if rewards is not None else {0: 1.0, 1: -1.0}
+    seats = seats or [ModelRef(uid="a", kind="base"), ModelRef(uid="b")]
+    trajs = [
+        PlayerTrajectory(
+            player_id=p, model=seats[p], final_reward=rewards.get(p, 0.0),
+            turns=[Turn(player_id=p, index=p, observation="obs", prompt="prompt", completion="\\boxed{C}",
+                        completion_token_ids=[2], logprobs=[-1.0], action="[C]", format_ok=True)],
+        )
+        for p in range(len(seats))
+    ]
+    spec = GameSpec(game_idx=0, seed=1, env=EnvSpec(env_id=env_id, num_players=len(seats)), seats=seats,
+                    train_seats=train_seats if train_seats is not None else [0])
+    return GameResult(game=spec, trajectories=trajs, rewards=rewards, num_turns=len(seats))
+
+
+def check_state_round_trip(make: Any, exercise: Any) -> None:
+    """The ``Stateful`` conformance check: a component exercised, its state saved as a snapshot
+    saves it (tensors apart, the rest through JSON) and loaded into a fresh component; exercised
+    once more, both must then hold the same state and give the same results.
+
+    ``make()`` builds a component; ``exercise(component)`` uses it and returns what it produced."""
+    import json
+
+    from ..runtime.snapshots import join_tensors, split_tensors
+    from ..state import Stateful
+
+    first = make()
+    assert isinstance(first, Stateful), f"{type(first).__name__} does not implement state_dict/load_state_dict"
+    exercise(first)
+    tensors: dict[str, Any] = {}
+    saved = join_tensors(json.loads(json.dumps(split_tensors(first.state_dict(), tensors))), tensors)
+    second = make()
+    second.load_state_dict(saved)
+    assert _comparable(exercise(second)) == _comparable(exercise(first)), "a restored component behaves differently"
+    assert _comparable(second.state_dict()) == _comparable(first.state_dict()), "a restored component's state differs"
+
+
+def _comparable(value: Any) -> Any:
+    """Plain values to compare, as JSON holds them: pydantic models dumped, tensors as lists,
+    dict keys as strings."""
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json")
+    if type(value).__module__.startswith("torch") and hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, dict):
+        return {str(k): _comparable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_comparable(v) for v in value]
+    return value
+
+
+class _Contract:
+    kind: str = ""
+    plugin: Any = None
+    name: str = ""
+    options: dict[str, Any] = {}
+
+    @pytest.fixture
+    def system(self) -> Any:
+        from ..plugins import load_plugins
+
+        extra = [] if self.plugin is None else [(getattr(self.plugin, "__name__", "plugin-under-test"), self.plugin)]
+        return load_plugins(builtins=True, entry_points=False, extra=extra, strict=True)
+
+    @pytest.fixture
+    def spec(self, system: Any) -> Any:
+        return system.get(self.kind, self.name)
+
+    @pytest.fixture
+    def registry(self) -> ModelRegistry:
+        return self.make_registry()
+
+    def make_registry(self) -> ModelRegistry:
+        reg = ModelRegistry()
+        reg.add(ModelRef(uid="random-valid", model="random-valid"))
+        reg.add(ModelRef(uid="greedy", model="greedy"))
+        reg.add(ModelRef(uid="base", kind="base", backend="tabular"), current=True)
+        return reg
+
+    @pytest.fixture
+    def component(self, spec: Any, system: Any, tmp_path: Path) -> Any:
+        return build_component_for(self, spec, system, tmp_path)
+
+    def test_record_is_valid(self, spec: Any) -> None:
+        from ..components import KINDS
+
+        assert isinstance(spec, KINDS[self.kind][1])
+        assert spec.summary and "\n" not in spec.summary
+
+    def test_options_have_descriptions_and_defaults_validate(self, spec: Any) -> None:
+        for fname, field in spec.config.model_fields.items():
+            assert field.description, f"option {fname!r} of {self.kind}:{self.name} has no description"
+        spec.config.model_validate(dict(self.options))
+
+    def test_unknown_option_is_rejected(self, spec: Any) -> None:
+        from pydantic import ValidationError
+
+        with pytest.raises(ValidationError):
+            spec.config.model_validate({**self.options, "no_such_option_xyz": 1})
+
+    def test_factory_satisfies_protocol(self, component: Any) -> None:
+        proto = PROTOCOLS.get(self.kind)
+        if proto is not None:
+            assert isinstance(component, proto)
+
+    def exercise(self, component: Any) -> Any:
+        """Use ``component`` as a run would and return what it produced (the state round trip
+        compares these); None where a kind has no such use here."""
+        return None
+
+    def test_state_round_trip_when_stateful(self, spec: Any, system: Any, tmp_path: Path) -> None:
+        """A Stateful component (its state is saved in run snapshots) restores exactly; one that
+        is not Stateful is rebuilt fresh on resume, so it must keep no state worth saving."""
+        from ..state import Stateful
+
+        if not isinstance(build_component_for(self, spec, system, tmp_path), Stateful):
+            pytest.skip("not Stateful: rebuilt fresh on resume")
+        check_state_round_trip(lambda: build_component_for(self, spec, system, tmp_path), self.exercise)
+
+
+class EnvSamplerContract(_Contract):
+    kind = "env_sampler"
+
+    def envs(self) -> list[EnvSpec]:
+        return [EnvSpec(env_id="TicTacToe-v0"), EnvSpec(env_id="KuhnPoker-v0"), EnvSpec(env_id="PickBest-v0")]
+
+    def test_samples_from_the_given_envs(self, component: Any) -> None:
+        envs = self.envs()
+        rng = random.Random(0)
+        for _ in range(200):
+            assert component.sample(envs, rng) in envs
+
+    def test_same_seed_same_choices(self, spec: Any, system: Any, tmp_path: Path) -> None:
+        def draws() -> list[str]:
+            comp = build_component_for(self, spec, system, tmp_path)
+            rng = random.Random(42)
+            return [comp.sample(self.envs(), rng).env_id for _ in range(50)]
+
+        assert draws() == draws()
+
+    def exercise(self, sampler: Any) -> Any:
+        """Draws, and the game ends a sampler that listens for them (the curriculum) would see."""
+        rng = random.Random(3)
+        drawn = []
+        for i in range(30):
+            env = sampler.sample(self.envs(), rng)
+            drawn.append(env.env_id)
+            if hasattr(sampler, "unstable_game_end"):
+                result = sample_result(env_id=env.env_id, rewards={0: float(i % 3 - 1), 1: float(1 - i % 3)})
+                sampler.unstable_game_end(GameEndContext(run_dir=".", result=result))
+        return drawn
+
+
+class ModelSamplerContract(_Contract):
+    kind = "model_sampler"
+
+    def test_fills_every_seat_with_registered_models(self, component: Any, registry: Any) -> None:
+        env = EnvSpec(env_id="TicTacToe-v0", num_players=3)
+        anchor = registry.current
+        for seed in range(50):
+            out = component.sample(env, anchor, 2, registry, random.Random(seed))
+            assert len(out) == 2
+            assert all(isinstance(m, ModelRef) and m.uid in registry.entries for m in out)
+
+    def exercise(self, sampler: Any) -> Any:
+        registry = self.make_registry()
+        env = EnvSpec(env_id="TicTacToe-v0")
+        rng = random.Random(5)
+        return [[m.uid for m in sampler.sample(env, registry.current, 1, registry, rng)] for _ in range(20)]
+
+
+class RaterContract(_Contract):
+    kind = "rater"
+
+    def test_ratings_cover_players_after_a_game(self, component: Any, registry: Any) -> None:
+        seats = [registry.get("base").ref, registry.get("greedy").ref]
+        result = sample_result(seats=seats)
+        registry.record_game(result)
+        component.update(result, registry)
+        ratings = component.ratings(registry)
+        assert {"base", "greedy"} <= set(ratings)
+
+    def exercise(self, rater: Any) -> Any:
+        """Games on a fresh registry: a rater that keeps numbers of its own (beyond the registry,
+        which the league saves) continues from them."""
+        registry = self.make_registry()
+        seats = [registry.get("base").ref, registry.get("greedy").ref]
+        for i in range(6):
+            result = sample_result(seats=seats, rewards={0: float(i % 3 - 1), 1: float(1 - i % 3)})
+            registry.record_game(result)
+            rater.update(result, registry)
+        return rater.ratings(registry)
+
+
+class RewardTransformContract(_Contract):
+    kind = "reward_transform"
+
+    def test_callable_for_its_stage(self, spec: Any, component: Any) -> None:
+        result = sample_result()
+        if spec.stage == "final":
+            out = component(dict(result.rewards), "PickBest-v0")
+            assert set(out) == set(result.rewards)
+        else:
+            step = Step(env_id="PickBest-v0", game_idx=0, player_id=0, turn_index=0, num_turns=1,
+                        turn=result.trajectories[0].turns[0], final_reward=1.0, reward=1.0)
+            out = component(step) if spec.stage == "step" else component([step, step])
+            assert isinstance(out, Step) if spec.stage == "step" else all(isinstance(s, Step) for s in out)
+
+
+class BufferContract(_Contract):
+    kind = "buffer"
+
+    def test_add_then_draw_without_replacement(self, component: Any) -> None:
+        from ..runtime.rewards import RewardPipelines
+
+        for i in range(5):
+            assert component.add(RewardPipelines().episodes(sample_result(train_seats=[0, 1]))) == 2
+        n = component.size()
+        assert n == 10
+        steps = component.draw(4)
+        assert 4 <= len(steps) <= n and all(isinstance(s, Step) for s in steps)
+        assert component.size() == n - len(steps)
+
+    def exercise(self, buffer: Any) -> Any:
+        from ..runtime.rewards import RewardPipelines
+
+        for _ in range(4):
+            buffer.add(RewardPipelines().episodes(sample_result(train_seats=[0, 1])))
+        return buffer.draw(3)
+
+
+class TemplateContract(_Contract):
+    kind = "template"
+
+    def test_render_and_extract(self, component: Any) -> None:
+        prompt = component.render("Available moves: '[4]'")
+        assert "Available moves: '[4]'" in prompt
+        action, ok = component.extract("I will play \\boxed{4}")
+        assert isinstance(action, str) and isinstance(ok, bool)
+
+
+class InferenceContract(_Contract):
+    kind = "inference"
+    model: ModelRef = ModelRef(uid="m", model="random-valid")
+
+    def test_generate_returns_completion(self, component: Any) -> None:
+        import asyncio
+
+        req = GenerationRequest(model=self.model, prompt="Available moves: '[A]', '[B]'", observation="Available moves: '[A]', '[B]'")
+        out = asyncio.run(component.generate(req))
+        assert isinstance(out, Completion)
+
+
+class TrackerContract(_Contract):
+    kind = "tracker"
+
+    def test_log_and_close(self, component: Any) -> None:
+        from ..records import TrainRecord
+
+        assert isinstance(component.wants_game_records, bool)
+        component.log(TrainRecord(step=1, staleness_mean=0.0, staleness_max=0.0, batch_steps=4.0, loss=0.5))
+        component.close()
+
+
+class EnvProviderContract(_Contract):
+    kind = "env"
+
+    def test_known_envs_play_to_the_end(self, component: Any) -> None:
+        from ..builtin.inference_scripted import agent_random_valid
+        from ..builtin.templates import extract_boxed_action
+
+        for env_id in component.known_env_ids()[:3]:
+            game = component.make(EnvSpec(env_id=env_id))
+            game.reset(num_players=2, seed=0)
+            done, turns = False, 0
+            while not done and turns < 500:
+                _pid, obs = game.observe()
+                action, _ = extract_boxed_action(agent_random_valid(obs, random.Random(turns)))
+                done, _invalid = game.step(action)
+                turns += 1
+            rewards, _info = game.close()
+            assert done and set(rewards) <= {0, 1}
+
+
+def build_component_for(contract: _Contract, spec: Any, system: Any, tmp_path: Path) -> Any:
+    """Build ``spec`` (which a parametrised contract may pick by another name) as a run would."""
+    from ..runtime.plan import build_component
+
+    return build_component(spec.kind, spec.name, contract.options, plugins=system, run_dir=str(tmp_path))
+
+
+class LearnerContract(_Contract):
+    kind = "learner"
+
+
+class ExecutorContract(_Contract):
+    kind = "executor"

@@ -1,0 +1,114 @@
+"""Kill-and-resume harness: a run in a child process, SIGKILLed at random points of its progress
+and resumed from its latest snapshot, for tests of the resume contract (docs/resume.md).
+
+    from unstable_core.testing import run_with_kills
+
+    landed = run_with_kills(run_dir, config, random.Random(0), kills=3, most_events=40)
+
+The child (``python -m unstable_core.testing.child``) loads the installed plugins plus the plugin
+objects named by ``plugins`` ("module:attribute"), and prints one line per finished game ("g",
+or "e" for an evaluation game) and per learner update ("u"), so that a kill lands at a chosen point of the run's progress, not after a guessed
+time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .contracts import _comparable
+
+
+def start_run(run_dir: str | Path, config: dict[str, Any], *, resume: bool = False, plugins: Sequence[str] = (),
+              env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start the run (or its resumption) in a child process whose stdout reports progress. The
+    child gets SIGINT back at its default (a shell in the background starts children ignoring it)."""
+    args = [sys.executable, "-m", "unstable_core.testing.child", str(run_dir), json.dumps(config)]
+    args += [a for p in plugins for a in ("--plugin", p)] + (["--resume"] if resume else [])
+    return subprocess.Popen(args, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def kill_after(proc: subprocess.Popen, events: int, stall_s: float = 120, kinds: str = "geu") -> bool:
+    """SIGKILL the child once it has reported ``events`` progress lines of the given kinds ("g" a
+    training game, "e" an evaluation game, "u" an update); False if it ended first. A child that
+    reports nothing for ``stall_s`` seconds fails the test."""
+    seen = 0
+    while seen < events:
+        ready, _, _ = select.select([proc.stdout], [], [], stall_s)
+        if not ready:
+            raise AssertionError(f"the run reported no progress for {stall_s:.0f} s")
+        line = proc.stdout.readline()
+        if not line:
+            return False
+        seen += line.decode().strip() in kinds
+    proc.kill()
+    return True
+
+
+def run_with_kills(run_dir: str | Path, config: dict[str, Any], rng: Any, kills: int, most_events: int = 400,
+                   plugins: Sequence[str] = (), timeout_s: float = 300) -> int:
+    """Start the run and SIGKILL it after a random number (1..``most_events``) of finished games
+    or updates, ``kills`` times, each time resuming from the latest snapshot (or starting over when
+    there is none yet); then let it finish. Returns how many kills landed before the run ended."""
+    run_dir = Path(run_dir)
+    landed = 0
+    for attempt in range(kills + 1):
+        resume = (run_dir / "state" / "latest").exists()
+        if not resume:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        proc = start_run(run_dir, config, resume=resume, plugins=plugins)
+        try:
+            if attempt < kills and kill_after(proc, rng.randint(1, most_events)):
+                proc.communicate()
+                landed += 1
+                continue
+            _, err = proc.communicate(timeout=timeout_s)
+            assert proc.returncode == 0, err.decode()[-3000:]
+            return landed
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return landed
+
+
+def restored_state(run_dir: str | Path, plugins: Any) -> tuple[int, dict[str, Any], dict[str, Any]]:
+    """Restore the run's roles from its latest snapshot, as ``--resume`` does, without playing a
+    game. Returns (step, the snapshot's league/buffer/learner state, the restored roles' state),
+    both as plain values (tensors as lists) to compare with ``==``."""
+    from .. import build
+    from ..runtime.driver import Driver
+    from ..runtime.output import RunOutput
+    from ..runtime.resume import restore
+    from ..runtime.roles import RoleHandles, build_role
+    from ..runtime.snapshots import read_latest
+
+    step, saved = read_latest(Path(run_dir))
+    plan = build(None, run_dir=run_dir, plugins=plugins, resume=True).plan
+
+    async def restored() -> dict[str, Any]:
+        roles = RoleHandles(league=build_role("league", plan, plugins), rollouts=[build_role("rollout", plan, plugins)],
+                            buffer=build_role("buffer", plan, plugins), learner=build_role("learner", plan, plugins))
+        driver = Driver(plan, roles, RunOutput(plan, plugins), plugins)
+        try:
+            await restore(driver, step, saved)
+            return {"league": await roles.league.state_dict(), "buffer": await roles.buffer.state_dict(),
+                    "learner": await roles.learner.state_dict(), "driver": {"step": driver.state.step,
+                                                                            "games_played": driver.state.games_played}}
+        finally:
+            driver.out.close()
+
+    state = asyncio.run(restored())
+    keys = ("league", "buffer", "learner")
+    return step, _comparable({k: saved[k] for k in keys} | {"driver": {k: saved["driver"][k] for k in ("step", "games_played")}}), _comparable(state)
