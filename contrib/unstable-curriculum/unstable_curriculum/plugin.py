@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -36,6 +37,12 @@ class CurriculumSampler:
     def observe(self, env_id: str, score: float) -> None:
         old = self.scores.get(env_id, 0.0)
         self.scores[env_id] = (1 - self.options.tau) * old + self.options.tau * score
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"scores": dict(self.scores)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.scores = dict(state["scores"])
 
     @hookimpl
     def unstable_game_end(self, ctx: GameEndContext) -> None:

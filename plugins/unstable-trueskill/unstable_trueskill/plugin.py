@@ -102,6 +102,13 @@ class TrueSkillRater:
     def ratings(self, registry: Any) -> dict[str, dict[str, float]]:
         return {uid: dict(e.rating) for uid, e in registry.entries.items()}
 
+    # -- state (Stateful): the table holds more than the registry shows (env dummies, per-env keys)
+    def state_dict(self) -> dict[str, Any]:
+        return {"table": {key: [r.mu, r.sigma] for key, r in self.table.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.table = {key: self.env.create_rating(mu=mu, sigma=sigma) for key, (mu, sigma) in state["table"].items()}
+
 
 # -- samplers ---------------------------------------------------------------------------------------
 
