@@ -59,7 +59,8 @@ class CollectionConfig(Section):
         "async",
         description="'async': games are played while the learner trains (UnstableBaselines' way; faster, not reproducible). "
         "'sync': each learner step plays the games it needs with the current policy, then updates; games move in "
-        "fixed batches and are counted in game order, so that two runs of one config on one machine give the same "
+        "fixed batches, in turn rounds (every game's request reaches the backend together) and are counted in game "
+        "order, so that two runs of one config on one machine give the same "
         "metrics, transcripts and weights.",
     )
     num_train_games: int = Field(8, ge=1, le=MAX_IN_FLIGHT, description="Training (or tournament) games kept in flight.")

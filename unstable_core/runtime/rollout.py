@@ -1,7 +1,7 @@
 """The rollout role: env provider, templates, inference backends and the game runner.
 
 ``play(specs)`` plays a batch of games concurrently on one event loop, so that a batching
-backend serves every game in flight together; ``set_policy(checkpoint)`` hands a new checkpoint
+backend serves every game in flight together (in sync mode in turn rounds, ``lockstep.py``); ``set_policy(checkpoint)`` hands a new checkpoint
 to the backend of the model being trained, which confirms the version it now serves.
 """
 
@@ -13,6 +13,7 @@ from typing import Any
 from ..errors import RunFailed
 from ..types import Checkpoint, GameResult, GameSpec
 from .envcalls import EnvCalls
+from .lockstep import Lockstep
 from .plan import Builder, RunPlan, guarded
 from .runner import GameRunner
 
@@ -42,8 +43,10 @@ class Rollout:
         self._idle = 0
         collection = cfg.collection
         self.env_calls = EnvCalls(collection.env_calls, collection.slow_env_call_ms / 1000)
+        self.lockstep = Lockstep() if collection.mode == "sync" else None
         self.runner = GameRunner(
-            self.env_provider, self.template, self.backend, collection.max_turns, collection.max_action_chars, self.env_calls
+            self.env_provider, self.template, self.backend, collection.max_turns, collection.max_action_chars, self.env_calls,
+            self.lockstep,
         )
         # build every backend a seat can name now: a broken one fails before the first game
         for ref in [o.ref() for o in cfg.opponents] + ([cfg.model_ref()] if cfg.model is not None else []):
@@ -71,6 +74,8 @@ class Rollout:
         if not specs:
             return []
         batch = _Batch(len(specs), asyncio.get_running_loop().create_future())
+        if self.lockstep is not None:
+            self.lockstep.expect(len(specs))
         for i, spec in enumerate(specs):
             self._queue.put_nowait((batch, i, spec))
         while self._idle < self._queue.qsize():
@@ -86,6 +91,8 @@ class Rollout:
         while True:
             batch, i, spec = await queue.get()
             if batch.cancelled:
+                if self.lockstep is not None:
+                    self.lockstep.leave()
                 continue
             self._idle -= 1
             try:
@@ -95,6 +102,8 @@ class Rollout:
                     batch.done.set_exception(exc)
             finally:
                 self._idle += 1
+                if self.lockstep is not None:
+                    self.lockstep.leave()
             batch.left -= 1
             if batch.left == 0 and not batch.done.done():
                 batch.done.set_result(batch.results)

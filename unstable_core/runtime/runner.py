@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from ..errors import describe_error
 from ..types import Completion, GameResult, GameSpec, GenerationRequest, PlayerTrajectory, Turn, _trusted
 from .envcalls import EnvCalls
+from .lockstep import Lockstep
 
 
 def derive_seed(*parts: Any) -> int:
@@ -67,6 +68,7 @@ class GameRunner:
         max_turns: int = 200,
         max_action_chars: int = 1000,
         env_calls: EnvCalls | None = None,
+        lockstep: Lockstep | None = None,
     ) -> None:
         self.env_provider = env_provider
         self.templates = templates
@@ -74,6 +76,7 @@ class GameRunner:
         self.max_turns = max_turns
         self.max_action_chars = max_action_chars
         self.env_calls = env_calls or EnvCalls("loop")
+        self.lockstep = lockstep  # sync mode: turn rounds (lockstep.py)
 
     async def play(self, spec: GameSpec) -> GameResult:
         start = time.perf_counter()
@@ -94,7 +97,7 @@ class GameRunner:
             template = self.templates(spec.env.template)
             render, extract = template.render, template.extract
             # env calls run on the loop, or on threads once this env id is known to be slow (envcalls)
-            calls = self.env_calls
+            calls, lockstep = self.env_calls, self.lockstep
             threaded, slow_s, perf = calls.threaded(env_id), calls.slow_after(), time.perf_counter
             if threaded:
                 env = await calls.run(self.env_provider.make, spec.env)
@@ -131,6 +134,8 @@ class GameRunner:
                 else:
                     request = GenerationRequest.of(request)
                     exact = False
+                if lockstep is not None:
+                    await lockstep.turn((spec.game_idx, spec.seed))
                 completion = await backends[pid].generate(request)
                 if not isinstance(completion, Completion):
                     completion = Completion.model_validate(completion)

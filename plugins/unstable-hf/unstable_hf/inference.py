@@ -6,7 +6,8 @@ group, in a worker thread so the event loop keeps scheduling games. Several LoRA
 resident (``max_loras``, least recently used evicted); a new checkpoint is loaded as a new adapter
 without reloading the base model. Each completion carries its prompt and completion token ids,
 the logprob of every completion token under the sampling distribution (temperature applied,
-top-p truncation not) and the policy version.
+top-p truncation not) and the policy version. Every request samples from its own seed, so its
+completion does not depend on the batch it was served in (``sampling.py``).
 """
 
 from __future__ import annotations
@@ -107,8 +108,12 @@ class HFInference:
 
     # -- generation -------------------------------------------------------------------------------
     def generate_batch(self, requests: list[GenerationRequest]) -> list[Completion]:
-        """Generate for requests that share one model ref (synchronous; used by the batcher)."""
+        """Generate for requests that share one model ref (synchronous; used by the batcher).
+        Each request samples from its own seed (``request.seed`` xor the ``seed`` option)."""
         import torch
+        from transformers import LogitsProcessorList
+
+        from .sampling import PerRequestSampler
 
         ref = requests[0].model
         with self._lock:
@@ -125,16 +130,17 @@ class HFInference:
             for i, p in enumerate(prompts):  # left padding
                 ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
                 mask[i, width - len(p) :] = 1
-            torch.manual_seed(requests[0].seed ^ self.options.seed)
+            sampler = PerRequestSampler([r.seed ^ self.options.seed for r in requests], self.options.temperature, self.options.top_p)
             ctx = model.disable_adapter() if adapter is None else contextlib.nullcontext()
             with torch.no_grad(), ctx:
-                out = model.generate(
+                out = model.generate(  # greedy over what the sampler left possible: its draw
                     input_ids=ids.to(device),
                     attention_mask=mask.to(device),
-                    do_sample=True,
-                    temperature=self.options.temperature,
-                    top_p=self.options.top_p,
-                    top_k=0,
+                    logits_processor=LogitsProcessorList([sampler]),
+                    do_sample=False,
+                    temperature=None,
+                    top_p=None,
+                    top_k=None,
                     max_new_tokens=self.options.max_tokens,
                     return_dict_in_generate=True,
                     output_logits=True,

@@ -1,9 +1,11 @@
 """hf inference + reinforce learner in the real loop, on a tiny model."""
 
 import json
+import random
 
 import unstable_core
 from unstable_core import load_plugins
+from unstable_core.testing import kill_after, restored_state, run_with_kills, start_run
 
 import unstable_hf.plugin as hf_plugin
 import unstable_reinforce.plugin as reinforce_plugin
@@ -59,31 +61,74 @@ def test_a_tiny_model_is_built_inside_a_run(tmp_path):
     assert len(list((tmp_path / "cache").glob("tiny-*"))) == 1
 
 
-def test_a_resumed_sync_run_ends_with_the_same_adapter(tiny_path, tmp_path):
-    """Sync mode, 4 updates: stopped after 2 and resumed (extended to 4), the adapter equals the
-    uninterrupted run's exactly."""
-    from safetensors.torch import load_file
-
-    system = load_plugins(entry_points=False, extra=[("hf", hf_plugin), ("reinforce", reinforce_plugin)], strict=True)
-    cfg = {
+def resume_config(tiny_path, mode="sync", steps=4):
+    return {
         "name": "it", "seed": 3, "train_envs": [{"env_id": "KuhnPoker-v0-train", "num_actors": 1, "template": "qwen3-zs"}],
         "opponents": ["random-valid"], "model": {"model": tiny_path}, "model_sampler": {"name": "fixed"},
         "inference": {"name": "hf", "device": "cpu", "max_tokens": 6, "batch_wait_ms": 5, "lora": {"rank": 4, "alpha": 8}},
         "learner": {"name": "reinforce", "device": "cpu", "lr": 1e-2, "mini_batch_size": 8, "max_generation_len": 6, "lora": {"rank": 4, "alpha": 8}},
-        "training": {"learning_steps": 4, "batch_size": 8, "save_every": 1, "filter_zero_advantage": False},
-        "collection": {"mode": "sync", "num_train_games": 4, "eval_games": 0},
+        "training": {"learning_steps": steps, "batch_size": 8, "save_every": 1, "filter_zero_advantage": False},
+        "collection": {"mode": mode, "num_train_games": 4, "eval_games": 0},
         "trackers": [{"name": "jsonl"}],
     }
+
+
+ADAPTER = "adapter_model.safetensors"
+
+
+def adapter(run_dir, step):
+    from safetensors.torch import load_file
+
+    return load_file(str(run_dir / "checkpoints" / f"ckpt-{step}" / ADAPTER))
+
+
+def train_steps(run_dir):
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [r["step"] for r in records if r["type"] == "train"]
+
+
+def test_a_sync_run_killed_at_random_points_ends_with_the_same_adapter(tiny_path, tmp_path):
+    """Sync mode, 4 updates, SIGKILLed twice at random points (the child processes load the
+    installed hf and reinforce plugins) and resumed: the adapter equals the uninterrupted run's
+    exactly, and each learner step is in metrics.jsonl once."""
+    system = load_plugins(entry_points=False, extra=[("hf", hf_plugin), ("reinforce", reinforce_plugin)], strict=True)
+    cfg = resume_config(tiny_path)
     unstable_core.run(cfg, run_dir=tmp_path / "full", plugins=system)
-    short = {**cfg, "training": {**cfg["training"], "learning_steps": 2}}
-    unstable_core.run(short, run_dir=tmp_path / "part", plugins=system)
-    result = unstable_core.run(None, run_dir=tmp_path / "part", plugins=system, resume=True, overrides=["training.learning_steps=4"])
-    assert result.learner_steps == 4
-    name = "adapter_model.safetensors"
-    full, part = (load_file(str(tmp_path / d / "checkpoints" / "ckpt-4" / name)) for d in ("full", "part"))
-    assert full.keys() == part.keys()
-    first = load_file(str(tmp_path / "full" / "checkpoints" / "ckpt-1" / name))
+    landed = run_with_kills(tmp_path / "killed", cfg, random.Random(1), kills=2, most_events=18)  # 16 games + 4 updates
+    assert landed >= 1
+    assert train_steps(tmp_path / "killed") == [1, 2, 3, 4]
+    full, killed = adapter(tmp_path / "full", 4), adapter(tmp_path / "killed", 4)
+    assert full.keys() == killed.keys()
+    first = adapter(tmp_path / "full", 1)
     assert any(not (first[k] == full[k]).all() for k in full)  # training moved the adapter
+    assert max(float((full[k] - killed[k]).abs().max()) for k in full) == 0.0
+
+
+def test_a_finished_run_extended_by_resume_ends_with_the_same_adapter(tiny_path, tmp_path):
+    system = load_plugins(entry_points=False, extra=[("hf", hf_plugin), ("reinforce", reinforce_plugin)], strict=True)
+    unstable_core.run(resume_config(tiny_path), run_dir=tmp_path / "full", plugins=system)
+    unstable_core.run(resume_config(tiny_path, steps=2), run_dir=tmp_path / "part", plugins=system)
+    result = unstable_core.run(None, run_dir=tmp_path / "part", plugins=system, resume=True, overrides=["training.learning_steps=4"])
+    assert result.learner_steps == 4 and train_steps(tmp_path / "part") == [1, 2, 3, 4]
+    full, part = adapter(tmp_path / "full", 4), adapter(tmp_path / "part", 4)
     assert max(float((full[k] - part[k]).abs().max()) for k in full) == 0.0
-    trains = [json.loads(line) for line in (tmp_path / "part" / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in trains if r["type"] == "train"] == [1, 2, 3, 4]
+
+
+def test_after_an_async_kill_the_learner_restores_its_optimizer_state(tiny_path, tmp_path):
+    """Async mode: killed after its second update, the restored learner (adapter, AdamW moments
+    and step counts, torch RNG, version) equals the snapshot exactly."""
+    system = load_plugins(entry_points=False, extra=[("hf", hf_plugin), ("reinforce", reinforce_plugin)], strict=True)
+    run_dir = tmp_path / "r"
+    proc = start_run(run_dir, resume_config(tiny_path, mode="async", steps=6))
+    try:
+        assert kill_after(proc, 2, kinds="u"), proc.stderr.read().decode()[-3000:]  # after the second update
+        proc.communicate()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    step, saved, restored = restored_state(run_dir, system)
+    assert step >= 1
+    assert restored["learner"] == saved["learner"]
+    optimizer = restored["learner"]["learner"]["optimizer"]
+    assert optimizer["state"]  # AdamW moments exist: something was restored, not an empty state
+    assert restored["league"]["game_idx"] == saved["league"]["game_idx"]

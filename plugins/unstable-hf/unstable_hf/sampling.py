@@ -1,0 +1,39 @@
+"""Sampling in which every request draws from its own seed, whatever batch it is served in.
+
+``transformers``' own sampling draws the tokens of a whole batch from one random stream, so a
+request's completion depends on which requests shared its batch and in which order. Here a
+logits processor, run last, draws each row's token with that row's ``torch.Generator``
+(temperature and top-p applied) and leaves only that token possible; generation then runs
+greedily and picks it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """``probs`` with everything outside each row's top-p nucleus set to zero (the most likely
+    token always stays)."""
+    if top_p >= 1.0:
+        return probs
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    outside = sorted_probs.cumsum(dim=-1) - sorted_probs >= top_p
+    sorted_probs = sorted_probs.masked_fill(outside, 0.0)
+    return torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+
+
+class PerRequestSampler:
+    """A ``LogitsProcessor``: row ``i`` samples from ``Generator(seeds[i])``."""
+
+    def __init__(self, seeds: list[int], temperature: float, top_p: float) -> None:
+        self.generators = [torch.Generator().manual_seed(int(s)) for s in seeds]
+        self.temperature, self.top_p = temperature, top_p
+
+    def __call__(self, input_ids: Any, scores: torch.Tensor) -> torch.Tensor:
+        probs = nucleus(torch.softmax(scores.float().cpu() / self.temperature, dim=-1), self.top_p)
+        chosen = torch.stack([torch.multinomial(row, 1, generator=g) for row, g in zip(probs, self.generators)])
+        only = torch.full_like(scores, float("-inf"))
+        return only.scatter(-1, chosen.to(scores.device), 0.0)
