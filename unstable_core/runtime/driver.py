@@ -28,7 +28,7 @@ from ..records import EvalRecord, RatingsRecord, SummaryRecord, TrainRecord
 from ..types import Batch, BatchEndContext, Checkpoint, CheckpointContext, GameEndContext, GameResult, GameSpec
 from .output import RunOutput
 from .plan import RunPlan
-from .evaluation import evaluate
+from .evaluation import EvalRound, evaluate, play_round, start_round
 from .resume import snapshot
 from .roles import RoleHandles, first_error
 from .stats import CollectionStats, OutcomeAggregator
@@ -65,6 +65,8 @@ class Driver:
         self.sync = self.cfg.collection.mode == "sync"
         self.last_checkpoint: Checkpoint | None = None
         self.resumed = False  # went on from a snapshot (resume.restore)
+        self.eval_rounds: list[EvalRound] = []  # rounds being played (saved in snapshots)
+        self.ingest_lock = asyncio.Lock()  # a snapshot never sees a game half taken in
 
     # -- the stages -------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -100,6 +102,8 @@ class Driver:
             await self.evaluate(0)
         settings = await self.roles.learner.settings()
         if self.sync:
+            for round in list(self.eval_rounds):  # restored from a snapshot
+                await play_round(self, round)
             await self.train_sync(settings)
         else:
             await self.train_async(settings)
@@ -109,6 +113,8 @@ class Driver:
         tc = self.cfg.training
         async with asyncio.TaskGroup() as group:  # evaluation rounds run while training goes on
             collector = group.create_task(self.lanes(self.cfg.collection.num_train_games, self.next_train_specs))
+            for round in list(self.eval_rounds):  # restored from a snapshot
+                group.create_task(play_round(self, round))
             while self.state.step < tc.learning_steps:
                 batch = await self.next_batch(settings["drop_zero_advantage"])
                 if batch is None:
@@ -142,8 +148,8 @@ class Driver:
         if tc.eval_every and step % tc.eval_every == 0 and step < tc.learning_steps:
             if spawn is None:
                 await self.evaluate(step)
-            else:
-                spawn(self.evaluate(step))
+            elif (round := await start_round(self, step)) is not None:  # in the snapshot below
+                spawn(play_round(self, round))
         if self.sync:
             await self.summary()
         if saving:
@@ -166,10 +172,7 @@ class Driver:
         mode: rounds of ``limit`` games, each played to its end and counted in game order)."""
         if self.sync:
             while specs := await next_specs(limit):
-                results = await self.play_in_order(specs)
-                await self.ingest(results)
-                if on_results is not None:
-                    on_results(results)
+                await self.take_in(await self.play_in_order(specs), on_results)
             return
         rollouts = self.roles.rollouts
         count = max(1, min(limit, LANES_PER_ROLLOUT * len(rollouts)))
@@ -182,9 +185,7 @@ class Driver:
                 if not specs:
                     return
                 results = await rollout.play(specs)
-                await self.ingest(results)
-                if on_results is not None:
-                    on_results(results)
+                await self.take_in(results, on_results)
                 del results, specs  # a waiting lane holds no finished game
                 # games whose agents answer at once never suspend: yield every few ms so that
                 # other lanes, the learner and signals get their turn
@@ -204,6 +205,14 @@ class Driver:
                 return await self.roles.league.schedule(n, "train")
             await self.drained.wait()  # back-pressure: the buffer is full until a batch is drawn
         return []
+
+    async def take_in(self, results: list[GameResult], on_results: Callable[[list[GameResult]], None] | None) -> None:
+        """Ingest finished games and hand them to the lane's owner (an evaluation round), as one
+        step that a run snapshot never splits."""
+        async with self.ingest_lock:
+            await self.ingest(results)
+            if on_results is not None:
+                on_results(results)
 
     async def ingest(self, results: list[GameResult]) -> None:
         state = self.state

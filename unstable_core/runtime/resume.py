@@ -15,6 +15,7 @@ from typing import Any
 
 from ..records import EvalRecord, ResumeRecord
 from ..types import Checkpoint
+from .evaluation import EvalRound
 from .snapshots import write_snapshot
 
 
@@ -22,21 +23,27 @@ async def snapshot(driver: Any) -> None:
     keep = driver.cfg.training.keep_snapshots
     if keep == 0:
         return
+    async with driver.ingest_lock:  # no game is half taken in while the roles are read
+        full = await gather(driver)
+    await asyncio.to_thread(write_snapshot, driver.run_dir, driver.state.step, full, keep)
+
+
+async def gather(driver: Any) -> dict[str, Any]:
     roles, state = driver.roles, driver.state
-    full = {
+    return {
         "driver": {
             "step": state.step, "games_played": state.games_played, "failures": dict(state.failures),
             "failures_in_a_row": state.failures_in_a_row, "dropped": state.dropped, "empty_batches": state.empty_batches,
             "eval_records": [r.model_dump(mode="json") for r in state.eval_records],
             "stats": [[mode, env, row] for (mode, env), row in driver.stats.rows.items()],
             "checkpoint": driver.last_checkpoint.model_dump(mode="json") if driver.last_checkpoint else None,
+            "eval_rounds": [r.state_dict() for r in driver.eval_rounds],  # async: rounds still playing
         },
         "league": await roles.league.state_dict(),
         "buffer": await roles.buffer.state_dict(),
         "learner": await roles.learner.state_dict(),
         "output": driver.out.state_dict(),
     }
-    await asyncio.to_thread(write_snapshot, driver.run_dir, state.step, full, keep)
 
 
 async def restore(driver: Any, step: int, full: dict[str, Any]) -> None:
@@ -55,6 +62,7 @@ async def restore(driver: Any, step: int, full: dict[str, Any]) -> None:
         driver.last_checkpoint = ckpt
         for rollout in roles.rollouts:
             await rollout.set_policy(ckpt)  # checks the version served
+    driver.eval_rounds = [EvalRound.from_state(r) for r in saved.get("eval_rounds", [])]  # played first
     driver.resumed = True
-    replayed = len(full["league"]["in_flight"])
+    replayed = len(full["league"]["in_flight"]) + sum(len(r.specs) for r in driver.eval_rounds)
     driver.out.log(ResumeRecord(step=step, time=driver.out.now(), games=state.games_played, replayed=replayed))

@@ -3,6 +3,8 @@ aggregation of evaluation rounds and tournaments. Nothing is kept per game."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..records import EvalRecord
 from ..types import GameResult, GameSpec
 
@@ -118,6 +120,13 @@ class OutcomeAggregator:
     def add_all(self, results: list[GameResult]) -> None:
         for result in results:
             self.add(result)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"anchor": self.anchor, "stats": [[list(key), row] for key, row in self.stats.items()]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.anchor = state["anchor"]
+        self.stats = {tuple(key): list(row) for key, row in state["stats"]}
 
     def records(self, step: int, time: float = 0.0) -> list[EvalRecord]:
         out = []
