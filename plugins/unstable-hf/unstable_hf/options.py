@@ -27,3 +27,20 @@ class ModelLoadOptions(BaseModel):
     device: str = Field("auto", description="'cpu', 'cuda', 'cuda:1', or 'auto' (cuda if available).")
     trust_remote_code: bool = Field(False, description="Let transformers run code shipped with the model (off unless you set it).")
     cache_dir: str | None = Field(None, description="Where 'tiny:' models are built (default $UNSTABLE_CACHE or ~/.cache/unstable).")
+
+
+class LearnerOptions(ModelLoadOptions):
+    """Options every learner built on ``unstable_hf.training.LoraLearner`` has; an algorithm's
+    options subclass it and add their own."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    lr: float = Field(1e-5, gt=0, description="AdamW learning rate.")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    mini_batch_size: int = Field(1, ge=1, description="Steps per forward/backward; the batch is split in such chunks (gradient accumulation).")
+    max_train_len: int | None = Field(None, ge=2, description="Truncate prompt + completion to this many tokens (the prompt loses its beginning).")
+    grad_clip: float = Field(1.0, gt=0, description="Global gradient-norm clip (the logged grad_norm is before clipping).")
+    gradient_checkpointing: bool = Field(False, description="Recompute activations in backward to save memory.")
+    temperature: float = Field(1.0, gt=0, description="Temperature of the training logprobs (match the rollout's).")
+    logprob_chunk_size: int | None = Field(None, ge=1, description="Tokens per logprob chunk (None: chosen from free memory).")
+    lora: LoraOptions = Field(default_factory=LoraOptions, description="LoRA shape (must match the inference backend's).")

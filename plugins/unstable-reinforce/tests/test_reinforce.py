@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from unstable_core import Batch, Step, Turn
+from unstable_hf.training import Sequence, pack, sequences
 from unstable_reinforce.learner import ReinforceLearner
 from unstable_reinforce.options import ReinforceOptions
 
@@ -83,8 +84,8 @@ def test_exactly_one_step_per_update_and_preclip_norm(tiny_path):
 
 def test_truncation_keeps_completion(tiny_path):
     L = learner(tiny_path, max_train_len=5)
-    (p, c, _), = L._sequences([step(list(range(20, 30)), [9, 10, 3], 1.0)])
-    assert c == [9, 10, 3] and p == [28, 29]
+    (seq,) = sequences([step(list(range(20, 30)), [9, 10, 3], 1.0)], L.options.max_train_len)
+    assert seq.completion == [9, 10, 3] and seq.prompt == [28, 29]
 
 
 def test_rejects_steps_without_token_ids(tiny_path):
@@ -97,7 +98,7 @@ def test_importance_sampling(tiny_path):
     L = learner(tiny_path, dtype="float64", importance_sampling=True, is_cap=2.0)
     s = step([5, 6, 7], [9, 3], 1.0)
     with torch.no_grad():
-        current, _, _ = L.sequence_logprobs(L._sequences([s]))
+        current = L.policy.completion_logprobs(L.pack([s]))
     on_policy = step([5, 6, 7], [9, 3], 1.0, old=current.tolist())
     loss_is, stats = L.loss([on_policy], 1)
     L.options = L.options.model_copy(update={"importance_sampling": False})
@@ -152,10 +153,8 @@ def test_toy_one_step_game_learns_best_action(tiny_path):
 
     def probs():
         with torch.no_grad():
-            seqs = [(prompt, a, []) for a in answers]
-            logp, rows, _ = L.sequence_logprobs(seqs)
-            seq_lp = torch.zeros(4, dtype=logp.dtype).index_add(0, rows, logp)
-            return torch.softmax(seq_lp, 0)
+            packed = pack([Sequence(prompt, a, []) for a in answers])
+            return torch.softmax(packed.per_step(L.policy.completion_logprobs(packed)), 0)
 
     p0 = probs()
     assert float(p0[2]) < 0.5

@@ -1,0 +1,77 @@
+"""The policy a learner trains: a causal LM with a fresh LoRA adapter, split into body and
+lm_head, with memory-bounded completion logprobs and atomic adapter checkpoints."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from unstable_core import Checkpoint
+
+from .loading import load_causal_lm, resolve_model_path, with_lora
+from .logprobs import token_logprobs
+from .options import LearnerOptions
+from .packing import Packed
+
+
+def split_body_and_head(causal_lm: Any) -> tuple[Any, Any]:
+    """(the decoder that returns hidden states, the lm_head module) of a (peft-wrapped) causal LM."""
+    base = causal_lm.get_base_model() if hasattr(causal_lm, "get_base_model") else causal_lm
+    body = base.get_decoder() if hasattr(base, "get_decoder") else getattr(base, base.base_model_prefix)
+    return body, base.get_output_embeddings()
+
+
+class Policy:
+    """A causal LM with a fresh LoRA adapter, split into body and lm_head."""
+
+    def __init__(self, model: str, options: LearnerOptions, causal_lm: Any = None) -> None:
+        self.options = options
+        self.base_model = model
+        if causal_lm is None:
+            causal_lm = load_causal_lm(resolve_model_path(model, options), options)
+        self.model = with_lora(causal_lm, options.lora)
+        if options.gradient_checkpointing:
+            self.model.gradient_checkpointing_enable()
+            self.model.enable_input_require_grads()
+        self.body, self.head = split_body_and_head(self.model)
+        self.device = next(self.model.parameters()).device
+
+    def hidden_states(self, packed: Packed) -> torch.Tensor:
+        """The body's last hidden states [B, W, H] (adapter on)."""
+        return self.body(input_ids=packed.ids, attention_mask=packed.attention).last_hidden_state
+
+    def completion_logprobs(self, packed: Packed, hidden: torch.Tensor | None = None, adapter: bool = True) -> torch.Tensor:
+        """Logprob of every completion token [N] at the options' temperature, memory-bounded.
+        ``adapter=False``: under the frozen base model, without grad (``hidden`` is ignored)."""
+        if not adapter:
+            with torch.no_grad(), self.model.disable_adapter():
+                return self.completion_logprobs(packed, self.hidden_states(packed))
+        if hidden is None:
+            hidden = self.hidden_states(packed)
+        return token_logprobs(hidden[packed.predicts], self.head.weight, packed.targets,
+                              chunk_size=self.options.logprob_chunk_size, temperature=self.options.temperature)
+
+    def save(self, directory: str, checkpoint: Checkpoint, extra: Any = None) -> Checkpoint:
+        """Write the adapter (safetensors) and ``unstable_checkpoint.json`` into a temporary
+        folder beside ``directory``, then rename it: a killed run never leaves a half-written
+        checkpoint. ``extra(folder)`` may write more files into it first."""
+        final = Path(directory)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+        try:
+            self.model.save_pretrained(tmp, safe_serialization=True)
+            if extra is not None:
+                extra(tmp)
+            (tmp / "unstable_checkpoint.json").write_text(json.dumps(checkpoint.model_dump(mode="json"), indent=2))
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return checkpoint

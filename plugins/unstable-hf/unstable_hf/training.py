@@ -1,0 +1,139 @@
+"""The learner toolkit: what a learner on a LoRA causal LM needs besides its loss.
+
+    from unstable_hf.training import LoraLearner
+
+    class MyLearner(LoraLearner):
+        def loss(self, steps, batch_size):
+            packed = self.pack(steps)
+            logp = self.policy.completion_logprobs(packed)          # [tokens], with grad
+            per_step = packed.per_step(logp)                        # [steps]: sum over each completion
+            advantages = packed.tensor([s.reward for s in steps])
+            return -(advantages * per_step).sum() / batch_size, {}
+
+* ``sequences(steps, max_train_len)``: each step's exact rollout token ids (never re-tokenized),
+  truncated from the prompt's beginning; ``pack(seqs, device)``: right-padded tensors with the
+  positions that predict completion tokens, the targets, each token's row and rollout logprob.
+* ``Policy``: the causal LM with a fresh LoRA adapter (from a model path, hub id or ``tiny:``
+  spec), split into body and lm_head; ``completion_logprobs(packed, adapter=...)`` goes through
+  the memory-bounded ``token_logprobs`` (the adapter off gives the frozen base policy's, for a KL
+  term); ``save(directory, checkpoint)`` writes an adapter checkpoint atomically.
+* ``LoraLearner``: owns the optimizer (AdamW over ``trainable()``), gradient accumulation over
+  ``mini_batch_size`` chunks, clipping (the logged ``grad_norm`` is before clipping), ``version``,
+  metrics, checkpoints and its ``state_dict`` (trainable weights, optimizer, torch RNG, version).
+"""
+
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from unstable_core import Batch, Checkpoint, Step
+
+from .options import LearnerOptions
+from .packing import Packed, Sequence, pack, sequences
+from .policy import Policy, split_body_and_head
+
+__all__ = ["LoraLearner", "LearnerOptions", "Policy", "Packed", "Sequence", "pack", "sequences", "split_body_and_head"]
+
+
+class LoraLearner:
+    """Base of learners on a LoRA causal LM: subclass it and write ``loss``.
+
+    ``update(batch)`` makes exactly one optimizer step: the batch in chunks of
+    ``mini_batch_size`` steps, ``loss(chunk, batch_size)`` each (so a loss divided by
+    ``batch_size`` sums to the batch's mean), backward, the gradient norm clipped at ``grad_clip``
+    and logged before clipping, ``version`` + 1. Metrics: ``loss``, ``grad_norm``,
+    ``advantage_mean``, ``train_tokens``, ``learner_tokens_per_s``, ``update_s`` and the mean over
+    chunks of every number ``loss`` reports."""
+
+    def __init__(self, options: LearnerOptions, model: str, seed: int = 0, causal_lm: Any = None) -> None:
+        self.options = options
+        self.base_model = model
+        torch.manual_seed(seed)
+        self.policy = Policy(model, options, causal_lm)
+        self.model, self.device = self.policy.model, self.policy.device
+        self.params = [p for p in self.trainable().values()]
+        self.optimizer = self.make_optimizer()
+        self.version = 0
+
+    # -- what a subclass writes or changes --------------------------------------------------------
+    def loss(self, steps: list[Step], batch_size: int) -> tuple[torch.Tensor, dict[str, float]]:
+        """The loss of these steps (a chunk of a batch of ``batch_size``) and numbers to log."""
+        raise NotImplementedError
+
+    def trainable(self) -> dict[str, torch.nn.Parameter]:
+        """Named trainable parameters (saved in the state; default: the policy's LoRA weights)."""
+        return {n: p for n, p in self.model.named_parameters() if p.requires_grad}
+
+    def make_optimizer(self) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(self.params, lr=self.options.lr, weight_decay=self.options.weight_decay)
+
+    def save_extra(self, folder: Path) -> None:
+        """Write more into a checkpoint folder before it is renamed into place (a critic, say)."""
+
+    # -- helpers for ``loss`` ----------------------------------------------------------------------
+    def pack(self, steps: list[Step]) -> Packed:
+        """The steps' rollout token ids as tensors on the model's device (``max_train_len`` applied)."""
+        return pack(sequences(steps, self.options.max_train_len), self.device)
+
+    # -- the update --------------------------------------------------------------------------------
+    def update(self, batch: Batch) -> dict[str, float]:
+        start = time.perf_counter()
+        steps = batch.steps
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        total = 0.0
+        sums: dict[str, float] = {}
+        chunks = 0
+        size = self.options.mini_batch_size
+        for i in range(0, len(steps), size):
+            loss, stats = self.loss(steps[i : i + size], len(steps))
+            loss.backward()
+            total += float(loss.detach())
+            chunks += 1
+            for key, value in stats.items():
+                sums[key] = sums.get(key, 0.0) + float(value)
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.options.grad_clip))
+        self.optimizer.step()
+        self.model.eval()
+        self.version += 1
+        elapsed = time.perf_counter() - start
+        tokens = sum(len(s.completion) for s in sequences(steps, self.options.max_train_len))
+        return {
+            **{key: value / chunks for key, value in sums.items()},
+            "loss": total,
+            "grad_norm": grad_norm,
+            "advantage_mean": sum(s.reward for s in steps) / len(steps),
+            "train_tokens": float(tokens),
+            "learner_tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0,
+            "update_s": elapsed,
+        }
+
+    # -- checkpoints and state ---------------------------------------------------------------------
+    def save_checkpoint(self, directory: str, uid: str) -> Checkpoint:
+        ckpt = Checkpoint(uid=uid, version=self.version, path=str(directory), base_model=self.base_model, created_at=time.time())
+        return self.policy.save(directory, ckpt, extra=self.save_extra)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Trainable weights, optimizer state, torch RNG and version: what resuming needs to take
+        the next step exactly as an uninterrupted run would."""
+        return {
+            "version": self.version,
+            "adapter": {n: p.detach().clone() for n, p in self.trainable().items()},
+            "optimizer": self.optimizer.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        params = self.trainable()
+        with torch.no_grad():
+            for name, value in state["adapter"].items():
+                params[name].copy_(value)
+        saved = state["optimizer"]  # JSON turned its integer keys into strings
+        self.optimizer.load_state_dict({"state": {int(k): v for k, v in saved["state"].items()}, "param_groups": saved["param_groups"]})
+        torch.set_rng_state(state["torch_rng"])
+        self.version = int(state["version"])
