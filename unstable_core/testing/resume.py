@@ -84,31 +84,34 @@ def run_with_kills(run_dir: str | Path, config: dict[str, Any], rng: Any, kills:
 
 
 def restored_state(run_dir: str | Path, plugins: Any) -> tuple[int, dict[str, Any], dict[str, Any]]:
-    """Restore the run's roles from its latest snapshot, as ``--resume`` does, without playing a
-    game. Returns (step, the snapshot's league/buffer/learner state, the restored roles' state),
-    both as plain values (tensors as lists) to compare with ``==``."""
+    """Restore the run's roles from its latest snapshot, as ``--resume`` does (a ``resume`` record
+    is appended to its metrics), without playing a game. Returns (step, the snapshot's
+    league/buffer/learner state, the restored roles' state), both as plain values (tensors as
+    lists) to compare with ``==``."""
     from .. import build
+    from ..builtin.executor_local import LocalExecutor
     from ..runtime.driver import Driver
     from ..runtime.output import RunOutput
     from ..runtime.resume import restore
-    from ..runtime.roles import RoleHandles, build_role
     from ..runtime.snapshots import read_latest
 
     step, saved = read_latest(Path(run_dir))
     plan = build(None, run_dir=run_dir, plugins=plugins, resume=True).plan
+    executor = LocalExecutor(plugins)
 
     async def restored() -> dict[str, Any]:
-        roles = RoleHandles(league=build_role("league", plan, plugins), rollouts=[build_role("rollout", plan, plugins)],
-                            buffer=build_role("buffer", plan, plugins), learner=build_role("learner", plan, plugins))
+        roles = executor.start(plan)
         driver = Driver(plan, roles, RunOutput(plan, plugins), plugins)
         try:
             await restore(driver, step, saved)
             return {"league": await roles.league.state_dict(), "buffer": await roles.buffer.state_dict(),
-                    "learner": await roles.learner.state_dict(), "driver": {"step": driver.state.step,
-                                                                            "games_played": driver.state.games_played}}
+                    "learner": await roles.learner.state_dict(),
+                    "driver": {"step": driver.state.step, "games_played": driver.state.games_played}}
         finally:
             driver.out.close()
+            executor.shutdown()
 
     state = asyncio.run(restored())
     keys = ("league", "buffer", "learner")
-    return step, _comparable({k: saved[k] for k in keys} | {"driver": {k: saved["driver"][k] for k in ("step", "games_played")}}), _comparable(state)
+    expected = {k: saved[k] for k in keys} | {"driver": {k: saved["driver"][k] for k in ("step", "games_played")}}
+    return step, _comparable(expected), _comparable(state)

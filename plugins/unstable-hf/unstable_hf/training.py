@@ -56,7 +56,7 @@ class LoraLearner:
         torch.manual_seed(seed)
         self.policy = Policy(model, options, causal_lm)
         self.model, self.device = self.policy.model, self.policy.device
-        self.params = [p for p in self.trainable().values()]
+        self.params = list(self.trainable().values())
         self.optimizer = self.make_optimizer()
         self.version = 0
 
