@@ -10,7 +10,8 @@ from unstable_core.runtime.registry import ModelRegistry
 from unstable_core.runtime.rewards import RewardPipelines
 from unstable_core.testing import (
     BufferContract, EnvProviderContract, InferenceContract, ModelSamplerContract, RaterContract,
-    RewardTransformContract, TemplateContract, TrackerContract, EnvSamplerContract, sample_result,
+    RewardTransformContract, TemplateContract, TrackerContract, EnvSamplerContract, LearnerContract, sample_result,
+    toy_plugin,
 )
 from unstable_core.types import Checkpoint, EnvSpec, ModelRef
 
@@ -216,3 +217,24 @@ def test_registry_counts_pairs_and_snapshot(tmp_path):
     assert [r.uid for r in reg.checkpoints()] == ["base", "ckpt-1"]
     with pytest.raises(ValueError):
         reg.add(ModelRef(uid="greedy"))
+
+
+def test_the_league_registry_satisfies_the_documented_registry_protocol():
+    from unstable_core import Registry
+
+    reg = registry_with_checkpoints(2)
+    assert isinstance(reg, Registry)
+    assert [r.uid for r in reg.checkpoints()] == ["base", "ckpt-1", "ckpt-2"]
+    assert reg.current.uid == "ckpt-2"
+    assert not isinstance(object(), Registry)
+
+
+class TestTabularLearner(LearnerContract):
+    plugin = toy_plugin
+    name = "tabular-reinforce"
+    inference = "tabular"
+    steps_per_optimizer = None  # a table of logits, no torch optimizer
+
+    @pytest.fixture
+    def model(self):
+        return ModelRef(uid="base", kind="base", backend="tabular", model="tabular")

@@ -29,7 +29,7 @@ _LAZY = {
         "ComponentSpec", "EnvProviderSpec", "EnvSamplerSpec", "ModelSamplerSpec", "RaterSpec",
         "RewardTransformSpec", "BufferSpec", "LearnerSpec", "InferenceSpec", "ExecutorSpec", "TrackerSpec",
         "TemplateSpec", "NoOptions", "BuildContext", "KINDS", "GameEnv", "EnvProvider", "EnvSampler",
-        "ModelSampler", "Rater", "Buffer", "Learner", "Inference", "Executor", "Tracker", "Template",
+        "ModelSampler", "Registry", "Rater", "Buffer", "Learner", "Inference", "Executor", "Tracker", "Template",
         "FinalRewardTransform", "StepRewardTransform", "SamplingRewardTransform",
     )},
     **{n: "errors" for n in (

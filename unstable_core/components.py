@@ -231,8 +231,38 @@ class EnvSampler(Protocol):
 
 
 @runtime_checkable
+class Registry(Protocol):
+    """What model samplers and raters see of the league's model registry (``ModelRegistry``).
+
+    ``entries`` maps uid -> ``ModelEntry`` (``ref``, ``games``, ``wins``, ``draws``, ``losses``,
+    ``invalid_games``, ``active``, ``rating``: a rater's own numbers, which it may write);
+    ``current`` is the checkpoint being trained (or the base model), ``fixed()`` the fixed
+    opponents in config order, ``checkpoints()`` the learner's snapshots oldest first (the base
+    model first), ``active_checkpoints(limit)`` those still in the pool, and
+    ``match_count(a, b)`` / ``head_to_head(a, b)`` the games two uids played against each other
+    and (wins of a, draws, wins of b). Samplers only read it; the league counts the games."""
+
+    entries: dict[str, Any]
+
+    @property
+    def current(self) -> ModelRef | None: ...
+
+    def get(self, uid: str) -> Any: ...
+
+    def fixed(self) -> list[ModelRef]: ...
+
+    def checkpoints(self, include_base: bool = True) -> list[ModelRef]: ...
+
+    def active_checkpoints(self, limit: int | None = None) -> list[ModelRef]: ...
+
+    def match_count(self, a: str, b: str) -> int: ...
+
+    def head_to_head(self, a: str, b: str) -> tuple[int, int, int]: ...
+
+
+@runtime_checkable
 class ModelSampler(Protocol):
-    def sample(self, env: EnvSpec, anchor: ModelRef, num_seats: int, registry: Any, rng: random.Random) -> list[ModelRef]:
+    def sample(self, env: EnvSpec, anchor: ModelRef, num_seats: int, registry: Registry, rng: random.Random) -> list[ModelRef]:
         """Pick `num_seats` opponents to sit with `anchor` (the current checkpoint, or in a
         tournament a uniformly drawn agent)."""
         ...
@@ -240,11 +270,11 @@ class ModelSampler(Protocol):
 
 @runtime_checkable
 class Rater(Protocol):
-    def update(self, result: GameResult, registry: Any) -> None:
-        """Update ratings after a finished game."""
+    def update(self, result: GameResult, registry: Registry) -> None:
+        """Update ratings after a finished game (store them in ``registry.get(uid).rating``)."""
         ...
 
-    def ratings(self, registry: Any) -> dict[str, dict[str, float]]:
+    def ratings(self, registry: Registry) -> dict[str, dict[str, float]]:
         """uid -> rating fields (for snapshots and leaderboards)."""
         ...
 

@@ -15,6 +15,10 @@ Conformance classes, one per component kind: subclass one in your tests and set 
         plugin = plugin
         name = "curriculum"
 
+``LearnerContract`` also wants a ``model`` fixture (the model being trained) and ``inference`` (the
+backend that serves its checkpoints); learners on the hf toolkit subclass
+``unstable_hf.testing.LoraLearnerContract``, which provides both and checks the loss gradient.
+
 State: ``check_state_round_trip(make, exercise)`` is the ``Stateful`` conformance check (each
 contract runs it on a Stateful component); ``run_with_kills`` SIGKILLs a run in a child process at
 random points and resumes it, ``restored_state`` restores a run's roles from its latest snapshot.
@@ -37,7 +41,6 @@ from .contracts import (
     EnvSamplerContract,
     ExecutorContract,
     InferenceContract,
-    LearnerContract,
     ModelSamplerContract,
     RaterContract,
     RewardTransformContract,
@@ -46,6 +49,7 @@ from .contracts import (
     check_state_round_trip,
     sample_result,
 )
+from .learner import LearnerContract, make_steps
 from .resume import kill_after, restored_state, run_with_kills, start_run
 from .toy import (
     TOY_ACTIONS,
@@ -88,7 +92,7 @@ def toy_run_config() -> Any:
 __all__ = [
     "PickBestGame", "ToyProvider", "TabularInference", "TabularLearner", "toy_plugin", "toy_config", "sample_result",
     "toy_probabilities", "load_table", "TOY_ACTIONS", "TOY_BEST", "TabularOptions", "check_state_round_trip",
-    "run_with_kills", "start_run", "kill_after", "restored_state",
+    "run_with_kills", "start_run", "make_steps", "kill_after", "restored_state",
     "EnvSamplerContract", "ModelSamplerContract", "RaterContract", "RewardTransformContract", "BufferContract",
     "TemplateContract", "InferenceContract", "TrackerContract", "EnvProviderContract", "LearnerContract", "ExecutorContract",
 ]

@@ -61,7 +61,8 @@ def check_state_round_trip(make: Any, exercise: Any) -> None:
     assert isinstance(first, Stateful), f"{type(first).__name__} does not implement state_dict/load_state_dict"
     exercise(first)
     tensors: dict[str, Any] = {}
-    saved = join_tensors(json.loads(json.dumps(split_tensors(first.state_dict(), tensors))), tensors)
+    plain = json.loads(json.dumps(split_tensors(first.state_dict(), tensors)))
+    saved = join_tensors(plain, {k: t.clone() for k, t in tensors.items()})  # as read back from disk
     second = make()
     second.load_state_dict(saved)
     assert _comparable(exercise(second)) == _comparable(exercise(first)), "a restored component behaves differently"
@@ -87,13 +88,15 @@ class _Contract:
     plugin: Any = None
     name: str = ""
     options: dict[str, Any] = {}
+    #: other plugins the test's plugin system loads: (name, plugin) pairs
+    other_plugins: tuple[tuple[str, Any], ...] = ()
 
     @pytest.fixture
     def system(self) -> Any:
         from ..plugins import load_plugins
 
         extra = [] if self.plugin is None else [(getattr(self.plugin, "__name__", "plugin-under-test"), self.plugin)]
-        return load_plugins(builtins=True, entry_points=False, extra=extra, strict=True)
+        return load_plugins(builtins=True, entry_points=False, extra=[*extra, *self.other_plugins], strict=True)
 
     @pytest.fixture
     def spec(self, system: Any) -> Any:
@@ -320,10 +323,6 @@ def build_component_for(contract: _Contract, spec: Any, system: Any, tmp_path: P
     from ..runtime.plan import build_component
 
     return build_component(spec.kind, spec.name, contract.options, plugins=system, run_dir=str(tmp_path))
-
-
-class LearnerContract(_Contract):
-    kind = "learner"
 
 
 class ExecutorContract(_Contract):

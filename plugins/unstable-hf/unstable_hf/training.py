@@ -25,6 +25,7 @@
 
 from __future__ import annotations
 
+import copy
 import time
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,7 @@ __all__ = ["LoraLearner", "LearnerOptions", "Policy", "Packed", "Sequence", "pac
 class LoraLearner:
     """Base of learners on a LoRA causal LM: subclass it and write ``loss``.
 
-    ``update(batch)`` makes exactly one optimizer step: the batch in chunks of
+    ``update(batch)`` makes exactly one optimizer step: ``prepare(steps)`` once, the batch in chunks of
     ``mini_batch_size`` steps, ``loss(chunk, batch_size)`` each (so a loss divided by
     ``batch_size`` sums to the batch's mean), backward, the gradient norm clipped at ``grad_clip``
     and logged before clipping, ``version`` + 1. Metrics: ``loss``, ``grad_norm``,
@@ -57,7 +58,8 @@ class LoraLearner:
         self.policy = Policy(model, options, causal_lm)
         self.model, self.device = self.policy.model, self.policy.device
         self.params = list(self.trainable().values())
-        self.optimizer = self.make_optimizer()
+        self.optimizers = self.make_optimizers()
+        self.optimizer = self.optimizers["policy"]
         self.version = 0
 
     # -- what a subclass writes or changes --------------------------------------------------------
@@ -70,7 +72,18 @@ class LoraLearner:
         return {n: p for n, p in self.model.named_parameters() if p.requires_grad}
 
     def make_optimizer(self) -> torch.optim.Optimizer:
+        """The policy's optimizer (AdamW over ``self.params`` at ``lr``)."""
         return torch.optim.AdamW(self.params, lr=self.options.lr, weight_decay=self.options.weight_decay)
+
+    def make_optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        """Every optimizer by name; ``policy`` is required. Each is clipped at ``grad_clip`` and
+        stepped once per update; the norm of ``policy`` is logged as ``grad_norm``, the others'
+        as ``NAME_grad_norm``. Override to train a critic with its own optimizer."""
+        return {"policy": self.make_optimizer()}
+
+    def prepare(self, steps: list[Step]) -> None:
+        """Called once per update with the whole batch, before its chunks, without grad: compute
+        what ``loss`` treats as constants (a critic's values and the advantages, say)."""
 
     def save_extra(self, folder: Path) -> None:
         """Write more into a checkpoint folder before it is renamed into place (a critic, say)."""
@@ -85,7 +98,10 @@ class LoraLearner:
         start = time.perf_counter()
         steps = batch.steps
         self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
+        for optimizer in self.optimizers.values():
+            optimizer.zero_grad(set_to_none=True)
+        with torch.no_grad():
+            self.prepare(steps)
         total = 0.0
         sums: dict[str, float] = {}
         chunks = 0
@@ -97,8 +113,12 @@ class LoraLearner:
             chunks += 1
             for key, value in stats.items():
                 sums[key] = sums.get(key, 0.0) + float(value)
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.options.grad_clip))
-        self.optimizer.step()
+        norms = {}
+        for name, optimizer in self.optimizers.items():
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+            norms["grad_norm" if name == "policy" else f"{name}_grad_norm"] = float(
+                torch.nn.utils.clip_grad_norm_(params, self.options.grad_clip))
+            optimizer.step()
         self.model.eval()
         self.version += 1
         elapsed = time.perf_counter() - start
@@ -106,7 +126,7 @@ class LoraLearner:
         return {
             **{key: value / chunks for key, value in sums.items()},
             "loss": total,
-            "grad_norm": grad_norm,
+            **norms,
             "advantage_mean": sum(s.reward for s in steps) / len(steps),
             "train_tokens": float(tokens),
             "learner_tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0,
@@ -120,11 +140,12 @@ class LoraLearner:
 
     def state_dict(self) -> dict[str, Any]:
         """Trainable weights, optimizer state, torch RNG and version: what resuming needs to take
-        the next step exactly as an uninterrupted run would."""
+        the next step exactly as an uninterrupted run would. Copies, not references: training
+        may go on while a snapshot is written."""
         return {
             "version": self.version,
             "adapter": {n: p.detach().clone() for n, p in self.trainable().items()},
-            "optimizer": self.optimizer.state_dict(),
+            "optimizers": {name: copy.deepcopy(optimizer.state_dict()) for name, optimizer in self.optimizers.items()},
             "torch_rng": torch.get_rng_state(),
         }
 
@@ -133,7 +154,8 @@ class LoraLearner:
         with torch.no_grad():
             for name, value in state["adapter"].items():
                 params[name].copy_(value)
-        saved = state["optimizer"]  # JSON turned its integer keys into strings
-        self.optimizer.load_state_dict({"state": {int(k): v for k, v in saved["state"].items()}, "param_groups": saved["param_groups"]})
+        for name, saved in state["optimizers"].items():  # JSON turned the integer keys into strings
+            self.optimizers[name].load_state_dict({"state": {int(k): v for k, v in saved["state"].items()},
+                                                   "param_groups": saved["param_groups"]})
         torch.set_rng_state(state["torch_rng"])
         self.version = int(state["version"])

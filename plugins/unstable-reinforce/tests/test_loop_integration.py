@@ -129,6 +129,6 @@ def test_after_an_async_kill_the_learner_restores_its_optimizer_state(tiny_path,
     step, saved, restored = restored_state(run_dir, system)
     assert step >= 1
     assert restored["learner"] == saved["learner"]
-    optimizer = restored["learner"]["learner"]["optimizer"]
+    optimizer = restored["learner"]["learner"]["optimizers"]["policy"]
     assert optimizer["state"]  # AdamW moments exist: something was restored, not an empty state
     assert restored["league"]["game_idx"] == saved["league"]["game_idx"]

@@ -1,0 +1,160 @@
+"""``LearnerContract``: what every learner must do, checked on the model it trains.
+
+Subclass it, set ``plugin``, ``name``, ``options`` and ``inference`` (the backend that serves the
+learner's checkpoints), and give a ``model`` fixture: the ``ModelRef`` of the model being trained
+(``unstable_hf.testing.LoraLearnerContract`` does all of this for learners on the hf toolkit and
+adds a float64 finite-difference check of the loss gradient)::
+
+    class TestMyLearner(LoraLearnerContract):
+        plugin = my_plugin
+        name = "my-learner"
+
+The checks: one ``update`` makes exactly one step of each torch optimizer the learner owns and
+bumps ``version`` by one; its metrics are finite floats; a saved checkpoint loads in the serving
+backend and changes what it serves; a ``Stateful`` learner restored from its state takes the
+same next update as the original.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ..types import Batch, Checkpoint, GenerationRequest, ModelRef, Step, Turn
+from .contracts import _Contract, check_state_round_trip
+
+
+def make_steps(rng: random.Random, token_range: tuple[int, int], games: int = 3, turns: int = 2) -> list[Step]:
+    """Whole episodes of a two-player game: every seat of every game, ``turns`` turns each, token
+    ids drawn from ``token_range``; final rewards +1/-1 (a draw now and then), a small step
+    reward on some turns (so ``reward`` differs from ``final_reward``)."""
+    lo, hi = token_range
+    steps = []
+    for game in range(games):
+        finals = {0: 0.0, 1: 0.0} if game % 3 == 2 else ({0: 1.0, 1: -1.0} if rng.random() < 0.5 else {0: -1.0, 1: 1.0})
+        for player in (0, 1):
+            for t in range(turns):
+                prompt = [rng.randrange(lo, hi) for _ in range(rng.randint(2, 6))]
+                completion = [rng.randrange(lo, hi) for _ in range(rng.randint(1, 3))]
+                turn = Turn(player_id=player, index=2 * t + player, observation="o", prompt="p", prompt_token_ids=prompt,
+                            completion="c", completion_token_ids=completion,
+                            logprobs=[-rng.uniform(0.5, 3.0) for _ in completion], action="[x]", format_ok=True)
+                bonus = -0.5 if rng.random() < 0.25 else 0.0
+                steps.append(Step(env_id="Contract-v0", game_idx=game, player_id=player, turn_index=t, num_turns=turns,
+                                  turn=turn, final_reward=finals[player], reward=finals[player] + bonus))
+    return steps
+
+
+def _timing(key: str) -> bool:
+    return key.endswith("_s")
+
+
+class LearnerContract(_Contract):
+    kind = "learner"
+    #: inference backend that serves this learner's checkpoints (None: that check is skipped)
+    inference: str | None = None
+    inference_options: dict[str, Any] = {}
+    #: token ids of the contract's batches are drawn from this range (within the model's vocabulary)
+    token_range: tuple[int, int] = (0, 4)
+    #: steps each torch optimizer takes per update (None: the learner uses no torch optimizer)
+    steps_per_optimizer: int | None = 1
+    #: updates before a checkpoint must serve different outputs than the base model
+    updates_before_checkpoint: int = 2
+    prompt: str = "Available moves: '[A]', '[B]', '[C]'"
+
+    @pytest.fixture
+    def model(self) -> ModelRef:
+        """The model being trained (override: a tiny model built in a temporary folder)."""
+        return ModelRef(uid="base", kind="base")
+
+    def make_batch(self, seed: int = 0) -> Batch:
+        return Batch(steps=make_steps(random.Random(seed), self.token_range), learner_version=0)
+
+    def build(self, spec: Any, system: Any, tmp_path: Path, model: ModelRef, **options: Any) -> Any:
+        from ..runtime.plan import build_component
+
+        return build_component(self.kind, spec.name, {**self.options, **options}, plugins=system, run_dir=str(tmp_path),
+                               model=model)
+
+    @pytest.fixture
+    def component(self, spec: Any, system: Any, tmp_path: Path, model: ModelRef) -> Any:
+        return self.build(spec, system, tmp_path, model)
+
+    def exercise(self, learner: Any) -> Any:
+        metrics = learner.update(self.make_batch(seed=7))
+        return {"version": learner.version, **{k: v for k, v in metrics.items() if not _timing(k)}}
+
+    # -- the checks --------------------------------------------------------------------------------
+    def test_one_update_is_one_optimizer_step_and_one_version(self, component: Any) -> None:
+        counts: Counter[int] = Counter()
+        handle = None
+        if self.steps_per_optimizer is not None:
+            import torch.optim.optimizer as optim
+
+            handle = optim.register_optimizer_step_post_hook(lambda opt, args, kwargs: counts.update([id(opt)]))
+        try:
+            before = component.version
+            component.update(self.make_batch())
+            assert component.version == before + 1, "update must bump version by exactly one"
+            if self.steps_per_optimizer is not None:
+                assert counts, "update made no optimizer step"
+                assert set(counts.values()) == {self.steps_per_optimizer}, f"optimizer steps per update: {dict(counts)}"
+            component.update(self.make_batch(seed=1))
+            assert component.version == before + 2
+        finally:
+            if handle is not None:
+                handle.remove()
+
+    def test_metrics_are_finite_floats(self, component: Any) -> None:
+        metrics = component.update(self.make_batch())
+        assert isinstance(metrics, dict) and metrics
+        for key, value in metrics.items():
+            assert isinstance(key, str) and type(value) is float, f"metric {key!r} is {type(value).__name__}, not float"
+            assert math.isfinite(value), f"metric {key!r} is {value}"
+
+    def test_checkpoint_changes_what_the_backend_serves(self, component: Any, model: ModelRef, system: Any,
+                                                       tmp_path: Path) -> None:
+        from ..runtime.plan import build_component
+        from ..runtime.registry import checkpoint_ref
+
+        for seed in range(self.updates_before_checkpoint):
+            component.update(self.make_batch(seed))
+        ckpt = component.save_checkpoint(str(tmp_path / "checkpoints" / "ckpt-1"), "ckpt-1")
+        assert isinstance(ckpt, Checkpoint) and ckpt.uid == "ckpt-1" and ckpt.version == component.version
+        assert Path(ckpt.path).is_dir()
+        if self.inference is None:
+            pytest.skip("no serving backend named (set `inference`)")
+        backend = build_component("inference", self.inference, self.inference_options, plugins=system,
+                                  run_dir=str(tmp_path), model=model)
+        try:
+            assert backend.load_checkpoint(ckpt) == ckpt.version
+            served = checkpoint_ref(ckpt, model)
+
+            def outputs(ref: ModelRef) -> list[tuple[str, list[float]]]:
+                requests = [GenerationRequest(model=ref, prompt=self.prompt, observation=self.prompt, seed=s) for s in range(4)]
+                return [(c.text, c.logprobs) for c in asyncio.run(_gather(backend, requests))]
+
+            assert outputs(served) != outputs(model), "the checkpoint serves the same outputs as the base model"
+        finally:
+            backend.close()
+
+    def test_state_round_trip_when_stateful(self, spec: Any, system: Any, tmp_path: Path, model: ModelRef) -> None:  # type: ignore[override]
+        """A restored learner takes the same next update (same metrics, same state)."""
+        from ..state import Stateful
+
+        if not isinstance(self.build(spec, system, tmp_path, model), Stateful):
+            pytest.skip("not Stateful: a resumed run would restart it from scratch")
+        check_state_round_trip(lambda: self.build(spec, system, tmp_path, model), self.exercise)
+
+
+async def _gather(backend: Any, requests: list[GenerationRequest]) -> list[Any]:
+    return list(await asyncio.gather(*(backend.generate(r) for r in requests)))
+
+
+__all__ = ["LearnerContract", "make_steps"]
