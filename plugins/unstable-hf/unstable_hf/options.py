@@ -44,3 +44,8 @@ class LearnerOptions(ModelLoadOptions):
     temperature: float = Field(1.0, gt=0, description="Temperature of the training logprobs (match the rollout's).")
     logprob_chunk_size: int | None = Field(None, ge=1, description="Tokens per logprob chunk (None: chosen from free memory).")
     lora: LoraOptions = Field(default_factory=LoraOptions, description="LoRA shape (must match the inference backend's).")
+    normalizer: Literal["max_generation_len", "tokens"] = Field(
+        "max_generation_len",
+        description="Divide each sequence's logprob sum by the constant max_generation_len (Dr. GRPO, UnstableBaselines) or by its token count.",
+    )
+    max_generation_len: int = Field(4096, ge=1, description="The constant normaliser.")

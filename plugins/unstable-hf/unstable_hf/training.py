@@ -57,6 +57,7 @@ class LoraLearner:
         torch.manual_seed(seed)
         self.policy = Policy(model, options, causal_lm)
         self.model, self.device = self.policy.model, self.policy.device
+        self.build_modules()
         self.params = list(self.trainable().values())
         self.optimizers = self.make_optimizers()
         self.optimizer = self.optimizers["policy"]
@@ -66,6 +67,9 @@ class LoraLearner:
     def loss(self, steps: list[Step], batch_size: int) -> tuple[torch.Tensor, dict[str, float]]:
         """The loss of these steps (a chunk of a batch of ``batch_size``) and numbers to log."""
         raise NotImplementedError
+
+    def build_modules(self) -> None:
+        """Build what the learner trains besides the policy (a critic), before the optimizers."""
 
     def trainable(self) -> dict[str, torch.nn.Parameter]:
         """Named trainable parameters (saved in the state; default: the policy's LoRA weights)."""
@@ -81,9 +85,10 @@ class LoraLearner:
         as ``NAME_grad_norm``. Override to train a critic with its own optimizer."""
         return {"policy": self.make_optimizer()}
 
-    def prepare(self, steps: list[Step]) -> None:
+    def prepare(self, steps: list[Step]) -> dict[str, float] | None:
         """Called once per update with the whole batch, before its chunks, without grad: compute
-        what ``loss`` treats as constants (a critic's values and the advantages, say)."""
+        what ``loss`` treats as constants (a critic's values and the advantages, say). Numbers
+        returned are logged."""
 
     def save_extra(self, folder: Path) -> None:
         """Write more into a checkpoint folder before it is renamed into place (a critic, say)."""
@@ -93,6 +98,15 @@ class LoraLearner:
         """The steps' rollout token ids as tensors on the model's device (``max_train_len`` applied)."""
         return pack(sequences(steps, self.options.max_train_len), self.device)
 
+    def sequence_logprobs(self, packed: Packed, per_token: torch.Tensor) -> torch.Tensor:
+        """Each row's sum of ``per_token`` [N] over its completion, divided by the ``normalizer``:
+        the constant ``max_generation_len`` (Dr. GRPO) or the row's token count. [B]"""
+        if self.options.normalizer == "tokens":
+            norm = packed.completion_lengths.to(per_token.dtype)
+        else:
+            norm = torch.full_like(packed.completion_lengths, self.options.max_generation_len, dtype=per_token.dtype)
+        return packed.per_step(per_token) / norm
+
     # -- the update --------------------------------------------------------------------------------
     def update(self, batch: Batch) -> dict[str, float]:
         start = time.perf_counter()
@@ -101,7 +115,7 @@ class LoraLearner:
         for optimizer in self.optimizers.values():
             optimizer.zero_grad(set_to_none=True)
         with torch.no_grad():
-            self.prepare(steps)
+            prepared = self.prepare(steps) or {}
         total = 0.0
         sums: dict[str, float] = {}
         chunks = 0
@@ -124,6 +138,7 @@ class LoraLearner:
         elapsed = time.perf_counter() - start
         tokens = sum(len(s.completion) for s in sequences(steps, self.options.max_train_len))
         return {
+            **{key: float(value) for key, value in prepared.items()},
             **{key: value / chunks for key, value in sums.items()},
             "loss": total,
             **norms,

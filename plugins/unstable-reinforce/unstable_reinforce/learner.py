@@ -32,11 +32,7 @@ class ReinforceLearner(LoraLearner):
             weight = torch.clamp(ratio, max=self.options.is_cap)
             stats["is_ratio_mean"] = float(ratio.mean())
             stats["is_clipped_frac"] = float((ratio > self.options.is_cap).float().mean())
-        if self.options.normalizer == "tokens":
-            norm = packed.completion_lengths.to(logp.dtype)
-        else:
-            norm = torch.full_like(packed.completion_lengths, self.options.max_generation_len, dtype=logp.dtype)
         advantages = packed.tensor([s.reward for s in steps], dtype=logp.dtype)
-        loss = -(advantages * packed.per_step(weight * logp) / norm).sum() / batch_size
+        loss = -(advantages * self.sequence_logprobs(packed, weight * logp)).sum() / batch_size
         stats["logp_mean"] = float(logp.detach().mean()) if logp.numel() else 0.0
         return loss, stats

@@ -1,0 +1,84 @@
+"""The A2C learner, on the ``unstable_hf.training`` toolkit.
+
+``prepare`` (once per update, without grad): the critic's V(s) for every step, per-turn rewards
+(step rewards at each turn, the final reward at the last turn only), GAE over each player's own
+turns, optionally z-scored advantages. ``loss`` (per chunk):
+
+    policy = - sum_i A_i * sum_t logp(y_it) / norm_i  / batch_size
+    value  = 0.5 * sum_i (V(s_i) - R_i)^2 / batch_size        (R_i = A_i + V_old(s_i), before z-scoring)
+
+The policy's LoRA and the critic (its LoRA and value head) have their own AdamW optimizers and
+learning rates; each makes one step per update. No step is filtered out: draws and zero rewards
+teach the critic.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from statistics import fmean, pvariance
+import torch
+
+from unstable_core import Step
+from unstable_hf.training import LoraLearner
+
+from .critic import Critic
+from .gae import episodes, gae, turn_rewards
+
+
+def _key(s: Step) -> tuple[int, int, int]:
+    return (s.game_idx, s.player_id, s.turn_index)
+
+
+class A2CLearner(LoraLearner):
+    def build_modules(self) -> None:
+        self.critic = Critic(self.policy, self.options, self.base_model)
+        self.targets: dict[tuple[int, int, int], tuple[float, float, float]] = {}
+
+    def trainable(self) -> dict[str, torch.nn.Parameter]:
+        return {**super().trainable(), **self.critic.named_parameters()}
+
+    def make_optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        critic = self.critic.named_parameters()
+        policy = [p for n, p in self.trainable().items() if n not in critic]
+        wd = self.options.weight_decay
+        return {"policy": torch.optim.AdamW(policy, lr=self.options.lr, weight_decay=wd),
+                "critic": torch.optim.AdamW(list(critic.values()), lr=self.options.critic_lr, weight_decay=wd)}
+
+    def prepare(self, steps: list[Step]) -> dict[str, float]:
+        size = self.options.mini_batch_size
+        values: list[float] = []
+        for i in range(0, len(steps), size):
+            values += self.critic.values(self.pack(steps[i : i + size])).tolist()
+        advantages, returns = [0.0] * len(steps), [0.0] * len(steps)
+        for idx in episodes(steps):
+            adv, ret = gae(turn_rewards([steps[i] for i in idx]), [values[i] for i in idx],
+                           self.options.gamma, self.options.gae_lambda)
+            for i, a, r in zip(idx, adv, ret):
+                advantages[i], returns[i] = a, r
+        used = list(advantages)
+        if self.options.normalize_advantages and len(used) > 1:
+            mean, std = fmean(used), pvariance(used) ** 0.5
+            used = [(a - mean) / (std + 1e-8) for a in used]
+        self.targets = {_key(s): (a, r, v) for s, a, r, v in zip(steps, used, returns, values)}
+        var = pvariance(returns) if len(returns) > 1 else 0.0
+        residual = pvariance([r - v for r, v in zip(returns, values)]) if len(returns) > 1 else 0.0
+        return {"value_mean": fmean(values), "return_mean": fmean(returns), "gae_advantage_mean": fmean(advantages),
+                "explained_variance": 1.0 - residual / var if var > 0 else 0.0}
+
+    def loss(self, steps: list[Step], batch_size: int) -> tuple[torch.Tensor, dict[str, float]]:
+        packed = self.pack(steps)
+        logp = self.policy.completion_logprobs(packed)
+        adv, ret, old = (packed.tensor([self.targets[_key(s)][k] for s in steps], dtype=logp.dtype) for k in range(3))
+        policy_loss = -(adv * self.sequence_logprobs(packed, logp)).sum() / batch_size
+        value = self.critic.values(packed)
+        error = (value - ret) ** 2
+        if self.options.value_clip is not None:
+            clipped = old + (value - old).clamp(-self.options.value_clip, self.options.value_clip)
+            error = torch.maximum(error, (clipped - ret) ** 2)
+        value_loss = 0.5 * error.sum() / batch_size
+        scale = batch_size / len(steps)  # per-step means, so that the mean over chunks is the batch's
+        return policy_loss + value_loss, {"policy_loss": float(policy_loss.detach()) * scale,
+                                           "value_loss": float(value_loss.detach()) * scale}
+
+    def save_extra(self, folder: Path) -> None:
+        self.critic.save(folder)
