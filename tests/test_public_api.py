@@ -56,3 +56,32 @@ def test_every_public_name_resolves_and_is_documented():
     for name in unstable_core.__all__:
         assert getattr(unstable_core, name) is not None
         assert f"`{name}`" in api_doc or f"`{name}(" in api_doc, f"docs/api.md does not mention the public name {name}"
+
+
+CONTRIB_ALGORITHM = ROOT / "contrib" / "unstable-kl-reinforce"
+TOOLKIT = ("unstable_hf.training", "unstable_hf.options", "unstable_hf.testing")
+
+
+def test_the_contrib_algorithm_imports_only_the_public_api_and_the_toolkit():
+    allowed_roots = {"unstable_core", "unstable_kl_reinforce", "torch", "pydantic", "pytest", "random", "os"}
+    for path in CONTRIB_ALGORITHM.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                ok = name.split(".")[0] in allowed_roots or name in TOOLKIT
+                assert ok, f"{path.relative_to(ROOT)}:{node.lineno} imports {name}"
+        assert not violations(path.read_text()), path
+
+
+def test_the_contrib_learner_is_small_and_is_the_one_the_docs_show():
+    source = (CONTRIB_ALGORITHM / "unstable_kl_reinforce" / "learner.py").read_text()
+    assert len(source.splitlines()) <= 60
+    body = source.split('"""', 2)[2].strip()  # without the module docstring
+    doc = (ROOT / "docs" / "writing-an-algorithm.md").read_text()
+    block = doc.split("## A complete learner", 1)[1].split("```python\n", 1)[1].split("```", 1)[0].strip()
+    assert block == body

@@ -88,30 +88,3 @@ def test_a_learner_written_as_its_loss_makes_one_step_per_update(tiny_path, tmp_
     ckpt = L.save_checkpoint(str(tmp_path / "ckpt-1"), "ckpt-1")
     assert ckpt.version == 1 and (tmp_path / "ckpt-1" / "adapter_model.safetensors").is_file()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folder left
-
-
-def test_the_kl_learner_of_the_docs_runs_and_its_kl_starts_at_zero(tiny_path):
-    """docs/writing-an-algorithm.md's complete learner, verbatim."""
-    from pydantic import Field
-
-    class KLReinforceOptions(LearnerOptions):
-        kl_coef: float = Field(0.05, ge=0, description="Weight of the per-token KL estimate to the base policy.")
-
-    class KLReinforce(LoraLearner):
-        def loss(self, steps, batch_size):
-            packed = self.pack(steps)
-            logp = self.policy.completion_logprobs(packed)
-            ref = self.policy.completion_logprobs(packed, adapter=False)
-            log_ratio = ref - logp
-            kl = torch.exp(log_ratio) - log_ratio - 1         # per token, >= 0 (the k3 estimator, as GRPO)
-            advantages = packed.tensor([s.reward for s in steps], dtype=logp.dtype)
-            pg = -(advantages * packed.per_step(logp)).sum()
-            loss = (pg + self.options.kl_coef * kl.sum()) / batch_size
-            return loss, {"kl": float(kl.detach().mean())}
-
-    L = KLReinforce(KLReinforceOptions(device="cpu", lr=5e-2, kl_coef=1.0, lora={"rank": 4, "alpha": 8}), tiny_path)
-    steps = [step([5, 6, 7], [9, 3], 1.0), step([8, 9], [10, 3], -1.0)]
-    first = L.update(Batch(steps=steps, learner_version=0))
-    assert first["kl"] == 0.0  # a fresh adapter (B = 0) is the base policy
-    second = L.update(Batch(steps=steps, learner_version=1))
-    assert second["kl"] > 0.0 and L.version == 2

@@ -1,0 +1,3 @@
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
