@@ -20,6 +20,7 @@ def learner(tiny_path, **kw):
     return A2CLearner(A2COptions(**{"device": "cpu", "lora": LORA, "max_generation_len": 2, **kw}), tiny_path, seed=0)
 
 
+
 def step(game, player, t, n, prompt, completion, final, reward=None):
     turn = Turn(player_id=player, observation="o", prompt="p", prompt_token_ids=prompt, completion="c",
                 completion_token_ids=completion, action="[x]", format_ok=True)
@@ -34,7 +35,7 @@ def test_prepare_runs_gae_over_each_players_own_turns(tiny_path):
     steps = [step(0, 0, 0, 2, [5, 6], [7], 1.0), step(0, 1, 0, 2, [5, 8], [7], -1.0),
              step(0, 0, 1, 2, [5, 9], [7], 1.0, reward=0.5), step(0, 1, 1, 2, [5, 10], [7], -1.0)]
     values = {0: 0.5, 1: -0.2, 2: 0.3, 3: 0.1}
-    L.critic.values = lambda packed: torch.tensor([values[i] for i in range(len(packed.last_prompt))])
+    L.critic.values = lambda packed: torch.tensor([values[i] for i in range(len(packed.last_prompt_index))])
     stats = L.prepare(steps)
     # player 0: rewards [0, 1 - 0.5] (a step penalty of -0.5 at its last turn), V [0.5, 0.3]
     a1 = 0.5 - 0.3
@@ -83,8 +84,9 @@ def test_the_critic_learns_a_value_that_depends_on_the_state(tiny_path):
             super().build_modules()
             values = self.critic.values
 
-            def at_position_zero(packed):
-                packed.last_prompt = torch.zeros_like(packed.last_prompt)
+            def at_position_zero(packed):  # each step's first token: its row's start
+                width = packed.ids.shape[1]
+                packed.last_prompt_index = packed.last_prompt_index - packed.last_prompt_index % width
                 return values(packed)
 
             self.critic.values = at_position_zero
@@ -153,3 +155,55 @@ def test_configs_that_would_corrupt_its_targets_are_refused(tiny_path, config, m
     ctx = BuildContext(config=config, model=ModelRef(uid="base", kind="base", model=tiny_path))
     with pytest.raises(UnstableError, match=message):
         make_learner(A2COptions(device="cpu", lora=LORA), ctx)
+
+
+def test_a_run_with_a_sampling_transform_stops_with_one_message_and_status_2(tiny_path, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    lora = "{ rank = 4, alpha = 8 }"
+    cfg = f"""
+name = "a2c-refused"
+train_envs = [{{ env_id = "KuhnPoker-v0-train", template = "qwen3-zs" }}]
+opponents = ["random-valid"]
+model = {{ model = "{tiny_path}" }}
+inference = {{ name = "hf", device = "cpu", max_tokens = 4, lora = {lora} }}
+learner = {{ name = "a2c", device = "cpu", lora = {lora} }}
+reward = {{ sampling = [{{ name = "normalize" }}] }}
+buffer = {{ name = "episode" }}
+training = {{ learning_steps = 1, batch_size = 4 }}
+"""
+    path = tmp_path / "run.toml"
+    path.write_text(cfg)
+    proc = subprocess.Popen([sys.executable, "-c", "from unstable_core.cli import main; main()", "run", str(path),
+                             "--run-dir", str(tmp_path / "run")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        _out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 2, err
+    assert "remove the [reward] sampling transforms (normalize)" in err and "Traceback" not in err
+
+
+def test_the_critic_reads_the_same_values_from_prefix_shared_rows(tiny_path):
+    from transformers import AutoTokenizer
+
+    from unstable_hf.testing import self_play_steps
+    from unstable_hf.training import pack_shared, sequences
+
+    steps = self_play_steps(AutoTokenizer.from_pretrained(tiny_path), "KuhnPoker-v0-train", n=20)
+    steps = [s for s in steps if s.game_idx < steps[-1].game_idx]  # whole games only
+    L = learner(tiny_path, dtype="float64", critic_lr=5e-2, mini_batch_size=16)
+    L.update(Batch(steps=steps, learner_version=0))  # a critic that is not all zeros
+    seqs = sequences(steps)
+    with torch.no_grad():
+        shared = pack_shared(seqs, budget=4096, dtype=torch.float64)
+        padded, shared_values = pack(seqs), L.critic.values(shared)
+        assert shared.forward_tokens < 0.6 * shared.sequence_tokens
+        assert torch.allclose(shared_values, L.critic.values(padded), rtol=1e-10, atol=1e-12)
+        assert float(shared_values.std()) > 0

@@ -15,7 +15,7 @@ from typing import Any, Iterator
 import torch
 
 from unstable_hf.loading import load_causal_lm, lora_config, resolve_model_path, with_lora
-from unstable_hf.training import Packed, Policy, split_body_and_head
+from unstable_hf.training import Packed, Policy, hidden_states, split_body_and_head
 
 from .options import A2COptions
 
@@ -52,9 +52,8 @@ class Critic:
     def values(self, packed: Packed) -> torch.Tensor:
         """V(s) of each row [B]: the value head on the hidden state of its last prompt token."""
         with self._active():
-            hidden = self.body(input_ids=packed.ids, attention_mask=packed.attention).last_hidden_state
-        rows = torch.arange(hidden.shape[0], device=hidden.device)
-        return self.head(hidden[rows, packed.last_prompt]).squeeze(-1)
+            hidden = hidden_states(self.body, packed)
+        return self.head(packed.at(hidden, packed.last_prompt_index)).squeeze(-1)
 
     def save(self, folder: Path) -> None:
         """``critic/`` (the adapter) and ``value_head.safetensors`` into a checkpoint folder. With

@@ -34,9 +34,9 @@ def test_pack_marks_the_positions_that_predict_completion_tokens():
     p = pack([Sequence([5, 6, 7], [8, 9], [-0.5]), Sequence([1], [2, 3, 4], [])])
     assert p.ids.tolist() == [[5, 6, 7, 8, 9], [1, 2, 3, 4, 0]]
     assert p.attention.tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 1, 0]]
-    assert p.predicts.tolist() == [[False, False, True, True, False], [True, True, True, False, False]]
+    assert p.predict_index.tolist() == [2, 3, 5, 6, 7]  # row 0: positions 2, 3; row 1 (from 5): 0, 1, 2
     assert p.targets.tolist() == [8, 9, 2, 3, 4] and p.rows.tolist() == [0, 0, 1, 1, 1]
-    assert p.last_prompt.tolist() == [2, 0] and p.completion_lengths.tolist() == [2, 3]
+    assert p.last_prompt_index.tolist() == [2, 5] and p.completion_lengths.tolist() == [2, 3]
     old = p.rollout_logprobs.tolist()
     assert old[0] == -0.5 and all(x != x for x in old[1:])  # unknown: nan
     assert p.per_step(torch.arange(5.0)).tolist() == [1.0, 9.0]

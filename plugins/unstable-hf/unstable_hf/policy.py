@@ -27,6 +27,12 @@ def split_body_and_head(causal_lm: Any) -> tuple[Any, Any]:
     return body, base.get_output_embeddings()
 
 
+def hidden_states(body: Any, packed: Packed) -> torch.Tensor:
+    """A decoder's last hidden states [R, W, H] for packed rows (padded or prefix-shared: the
+    mask and position ids come with them)."""
+    return body(input_ids=packed.ids, attention_mask=packed.attention, position_ids=packed.position_ids).last_hidden_state
+
+
 class Policy:
     """A causal LM with a fresh LoRA adapter, split into body and lm_head."""
 
@@ -43,8 +49,16 @@ class Policy:
         self.device = next(self.model.parameters()).device
 
     def hidden_states(self, packed: Packed) -> torch.Tensor:
-        """The body's last hidden states [B, W, H] (adapter on)."""
-        return self.body(input_ids=packed.ids, attention_mask=packed.attention).last_hidden_state
+        """The body's last hidden states [R, W, H] (with whichever adapter is active)."""
+        return hidden_states(self.body, packed)
+
+    def prefix_sharing_unsupported(self) -> str | None:
+        """Why this model cannot take prefix-shared rows (a 4D attention mask and position ids),
+        or None. Flash-attention kernels take no arbitrary mask."""
+        impl = getattr(self.model.config, "_attn_implementation", None) or "eager"
+        if impl not in ("sdpa", "eager"):
+            return f"attention implementation {impl!r} takes no 4D attention mask"
+        return None
 
     def completion_logprobs(self, packed: Packed, hidden: torch.Tensor | None = None, adapter: bool = True) -> torch.Tensor:
         """Logprob of every completion token [N] at the options' temperature, memory-bounded.
@@ -54,7 +68,7 @@ class Policy:
                 return self.completion_logprobs(packed, self.hidden_states(packed))
         if hidden is None:
             hidden = self.hidden_states(packed)
-        return token_logprobs(hidden[packed.predicts], self.head.weight, packed.targets,
+        return token_logprobs(packed.at(hidden, packed.predict_index), self.head.weight, packed.targets,
                               chunk_size=self.options.logprob_chunk_size, temperature=self.options.temperature)
 
     def save(self, directory: str, checkpoint: Checkpoint, extra: Any = None) -> Checkpoint:

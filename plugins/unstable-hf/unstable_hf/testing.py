@@ -39,6 +39,47 @@ def build_fast_tiny(root: Path, spec: str = FAST_TINY) -> str:
     return str(ensure_tiny(TinySpec.parse(spec), Path(root)))
 
 
+def self_play_steps(tokenizer: Any, env_id: str = "KuhnPoker-v0-train", n: int = 64, seed: int = 0,
+                    template: str = "qwen3-zs") -> list[Any]:
+    """``n`` consecutive steps of whole games of scripted self-play (``random-valid`` in every
+    seat, every turn of every player), rendered with ``template`` and tokenized with
+    ``tokenizer``: the prompts share what real self-play batches share. Rewards +1/-1 by seat."""
+    import asyncio
+    import random
+
+    from unstable_core import EnvSpec, GenerationRequest, Step, Turn, build_component
+
+    provider = build_component("env", "textarena")
+    tpl = build_component("template", template)
+    agent = build_component("inference", "scripted")
+    ref = ModelRef(uid="random-valid", model="random-valid")
+    rng = random.Random(seed)
+    steps: list[Any] = []
+    game_idx = 0
+    while len(steps) < n:
+        game = provider.make(EnvSpec(env_id=env_id))
+        game.reset(num_players=2, seed=rng.getrandbits(31))
+        turns: dict[int, list[Turn]] = {0: [], 1: []}
+        done = False
+        while not done:
+            player, obs = game.observe()
+            prompt = tpl.render(obs, tokenizer)
+            text = asyncio.run(agent.generate(GenerationRequest(model=ref, prompt=prompt, observation=obs, seed=rng.getrandbits(31)))).text
+            action, ok = tpl.extract(text)
+            turns[player].append(Turn(player_id=player, observation=obs, prompt=prompt, completion=text,
+                                      prompt_token_ids=tokenizer(prompt, add_special_tokens=False)["input_ids"],
+                                      completion_token_ids=tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id],
+                                      action=action, format_ok=ok))
+            done, _invalid = game.step(action)
+        game.close()
+        for player, ts in turns.items():
+            reward = 1.0 if (player + game_idx) % 2 else -1.0
+            steps += [Step(env_id=env_id, game_idx=game_idx, player_id=player, turn_index=i, num_turns=len(ts), turn=t,
+                           final_reward=reward, reward=reward) for i, t in enumerate(ts)]
+        game_idx += 1
+    return steps[:n]
+
+
 class LoraLearnerContract(LearnerContract):
     options: dict[str, Any] = {"device": "cpu", "lr": 1e-2, "lora": _LORA}
     inference = "hf"
@@ -98,4 +139,4 @@ class LoraLearnerContract(LearnerContract):
                     f"{name}[{i}]: autograd {analytic:.10g}, finite differences {numeric:.10g}")
 
 
-__all__ = ["FAST_TINY", "build_fast_tiny", "LoraLearnerContract"]
+__all__ = ["FAST_TINY", "build_fast_tiny", "self_play_steps", "LoraLearnerContract"]

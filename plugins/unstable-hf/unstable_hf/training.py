@@ -12,21 +12,26 @@
 
 * ``sequences(steps, max_train_len)``: each step's exact rollout token ids (never re-tokenized),
   truncated from the prompt's beginning; ``pack(seqs, device)``: right-padded tensors with the
-  positions that predict completion tokens, the targets, each token's row and rollout logprob.
+  positions that predict completion tokens, the targets, each token's step and rollout logprob;
+  ``pack_shared(seqs, device, budget)``: the same fields over prefix tries, every token the
+  steps share forwarded once (``prefix.py``).
 * ``Policy``: the causal LM with a fresh LoRA adapter (from a model path, hub id or ``tiny:``
   spec), split into body and lm_head; ``completion_logprobs(packed, adapter=...)`` goes through
   the memory-bounded ``token_logprobs`` (the adapter off gives the frozen base policy's, for a KL
   term); ``save(directory, checkpoint)`` writes an adapter checkpoint atomically.
-* ``LoraLearner``: owns the optimizer (AdamW over ``trainable()``), gradient accumulation over
-  ``mini_batch_size`` chunks, clipping (the logged ``grad_norm`` is before clipping), ``version``,
-  metrics, checkpoints and its ``state_dict`` (trainable weights, optimizer, torch RNG, version).
+* ``LoraLearner``: owns the optimizers (AdamW over ``trainable()``), gradient accumulation over
+  ``mini_batch_size`` chunks (cut along the prefix tries), clipping (the logged ``grad_norm`` is
+  before clipping), ``version``, metrics, checkpoints and its ``state_dict`` (trainable weights,
+  optimizers, torch RNG, version).
 """
 
 
 from __future__ import annotations
 
 import copy
+import logging
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +41,15 @@ from unstable_core import Batch, Checkpoint, Step
 
 from .options import LearnerOptions
 from .packing import Packed, Sequence, pack, sequences
-from .policy import Policy, split_body_and_head
+from .prefix import pack_shared
+from .policy import Policy, hidden_states, split_body_and_head
 
-__all__ = ["LoraLearner", "LearnerOptions", "Policy", "Packed", "Sequence", "pack", "sequences", "split_body_and_head"]
+__all__ = [
+    "LoraLearner", "LearnerOptions", "Policy", "Packed", "Sequence", "hidden_states", "pack", "pack_shared", "sequences",
+    "split_body_and_head",
+]
+
+log = logging.getLogger("unstable.hf")
 
 
 class LoraLearner:
@@ -62,6 +73,12 @@ class LoraLearner:
         self.optimizers = self.make_optimizers()
         self.optimizer = self.optimizers["policy"]
         self.version = 0
+        self.counts: Counter[str] = Counter()
+        self.shared = options.prefix_sharing
+        why = self.policy.prefix_sharing_unsupported()
+        if self.shared and why is not None:
+            self.shared = False
+            log.warning("prefix sharing is off for %s: %s; the learner forwards one padded row per step", model, why)
 
     # -- what a subclass writes or changes --------------------------------------------------------
     def loss(self, steps: list[Step], batch_size: int) -> tuple[torch.Tensor, dict[str, float]]:
@@ -95,8 +112,19 @@ class LoraLearner:
 
     # -- helpers for ``loss`` ----------------------------------------------------------------------
     def pack(self, steps: list[Step]) -> Packed:
-        """The steps' rollout token ids as tensors on the model's device (``max_train_len`` applied)."""
-        return pack(sequences(steps, self.options.max_train_len), self.device)
+        """The steps' rollout token ids as tensors on the model's device (``max_train_len``
+        applied): prefix-shared rows (``prefix_sharing``, where the model takes them), else one
+        padded row per step. The forward and completion tokens of packs made by ``loss`` are
+        counted in the update's metrics."""
+        seqs = sequences(steps, self.options.max_train_len)
+        if self.shared:
+            packed = pack_shared(seqs, self.device, self.options.prefix_budget, dtype=self.policy.head.weight.dtype)
+        else:
+            packed = pack(seqs, self.device)
+        self.counts["forward_tokens"] += packed.forward_tokens
+        self.counts["sequence_tokens"] += packed.sequence_tokens
+        self.counts["train_tokens"] += len(packed.targets)
+        return packed
 
     def sequence_logprobs(self, packed: Packed, per_token: torch.Tensor) -> torch.Tensor:
         """Each row's sum of ``per_token`` [N] over its completion, divided by the ``normalizer``:
@@ -111,11 +139,14 @@ class LoraLearner:
     def update(self, batch: Batch) -> dict[str, float]:
         start = time.perf_counter()
         steps = batch.steps
+        if self.shared:  # neighbours share most: chunks cut along the tries
+            steps = sorted(steps, key=lambda s: s.turn.prompt_token_ids + s.turn.completion_token_ids)
         self.model.train()
         for optimizer in self.optimizers.values():
             optimizer.zero_grad(set_to_none=True)
         with torch.no_grad():
             prepared = self.prepare(steps) or {}
+        self.counts.clear()
         total = 0.0
         sums: dict[str, float] = {}
         chunks = 0
@@ -144,6 +175,8 @@ class LoraLearner:
             **norms,
             "advantage_mean": sum(s.reward for s in steps) / len(steps),
             "train_tokens": float(tokens),
+            "forward_tokens": float(self.counts["forward_tokens"]),
+            "prefix_share": 1.0 - self.counts["forward_tokens"] / max(1, self.counts["sequence_tokens"]),
             "learner_tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0,
             "update_s": elapsed,
         }

@@ -1,0 +1,97 @@
+"""Prefix-shared packing: every token a batch shares is computed once.
+
+In self-play every turn's prompt repeats the chat template, the rules and the game so far, and a
+batch holds many turns of the same games. ``pack_shared`` puts the steps (sorted by their ids)
+into prefix tries, one trie per row of at most ``budget`` tokens: two steps share a node only
+where their ids agree from position 0, so a shared node has the same past in both and hence the
+same hidden state. Each node's position id is its depth, and the row's additive attention mask
+lets a node see only its ancestors and itself: the forward computes, for every step, exactly
+what a padded row of its own would, with transformers' public 4D-mask and position-id inputs
+(no model code forked). Attention stays dense per row, so the budget bounds its cost.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .packing import Packed, Sequence, completion_fields
+
+
+class _Trie:
+    def __init__(self) -> None:
+        self.tokens: list[int] = []
+        self.parents: list[int] = []
+        self.depths: list[int] = []
+        self.children: list[dict[int, int]] = []
+        self.roots: dict[int, int] = {}
+
+    @property
+    def size(self) -> int:
+        return len(self.tokens)
+
+    def missing(self, ids: list[int]) -> int:
+        """Nodes that inserting ``ids`` would add."""
+        level, matched = self.roots, 0
+        for token in ids:
+            node = level.get(token)
+            if node is None:
+                break
+            matched += 1
+            level = self.children[node]
+        return len(ids) - matched
+
+    def insert(self, ids: list[int]) -> list[int]:
+        """The node of each position of ``ids`` (created where missing; parents come first)."""
+        nodes, level, parent = [], self.roots, -1
+        for depth, token in enumerate(ids):
+            node = level.get(token)
+            if node is None:
+                node = level[token] = len(self.tokens)
+                self.tokens.append(token)
+                self.parents.append(parent)
+                self.depths.append(depth)
+                self.children.append({})
+            nodes.append(node)
+            level, parent = self.children[node], node
+        return nodes
+
+
+def pack_shared(seqs: list[Sequence], device: Any = "cpu", budget: int = 2048, dtype: torch.dtype = torch.float32) -> Packed:
+    """The steps in prefix tries of at most ``budget`` nodes a row (a longer step gets a row of
+    its own), with the same fields as ``pack``; ``attention`` is an additive [R, 1, W, W] mask
+    in ``dtype``."""
+    tries: list[_Trie] = []
+    placed: list[tuple[int, list[int]]] = [(0, [])] * len(seqs)
+    for i in sorted(range(len(seqs)), key=lambda i: seqs[i].ids):
+        ids = seqs[i].ids
+        if not tries or (tries[-1].size and tries[-1].size + tries[-1].missing(ids) > budget):
+            tries.append(_Trie())
+        placed[i] = (len(tries) - 1, tries[-1].insert(ids))
+    width = max(t.size for t in tries)
+    ids = torch.zeros((len(tries), width), dtype=torch.long)
+    positions = torch.zeros((len(tries), width), dtype=torch.long)
+    sees = torch.zeros((len(tries), width, width), dtype=torch.bool)
+    for r, trie in enumerate(tries):
+        ids[r, : trie.size] = torch.tensor(trie.tokens)
+        positions[r, : trie.size] = torch.tensor(trie.depths)
+        row = sees[r]
+        for node, parent in enumerate(trie.parents):  # parents come first: copy the parent's view, add itself
+            if parent >= 0:
+                row[node] = row[parent]
+            row[node, node] = True
+        for pad in range(trie.size, width):
+            row[pad, pad] = True  # padding sees itself only (no row of -inf)
+    mask = torch.zeros(sees.shape, dtype=dtype).masked_fill_(~sees, torch.finfo(dtype).min).unsqueeze(1)
+    predict, last_prompt = [], []
+    for s, (r, nodes) in zip(seqs, placed):
+        base = r * width
+        predict += [base + nodes[p] for p in range(len(s.prompt) - 1, len(s.ids) - 1)]
+        last_prompt.append(base + nodes[len(s.prompt) - 1])
+    return Packed(
+        ids=ids.to(device), attention=mask.to(device), position_ids=positions.to(device),
+        predict_index=torch.tensor(predict, device=device), last_prompt_index=torch.tensor(last_prompt, device=device),
+        forward_tokens=sum(t.size for t in tries), sequence_tokens=sum(len(s.ids) for s in seqs),
+        **completion_fields(seqs, device),
+    )
