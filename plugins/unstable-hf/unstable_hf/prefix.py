@@ -58,31 +58,59 @@ class _Trie:
         return nodes
 
 
-def pack_shared(seqs: list[Sequence], device: Any = "cpu", budget: int = 2048, dtype: torch.dtype = torch.float32) -> Packed:
+def attention_pair_weight(config: Any, overhead: float = 2.5) -> float:
+    """What one (query, key) pair of dense attention costs, in units of the rest of one token's
+    work (projections and MLP), from a transformers config; 0 when the config does not say.
+    ``overhead``: masked attention on a CPU measured about 2.5 times its multiply-adds' share."""
+    hidden = getattr(config, "hidden_size", None)
+    heads = getattr(config, "num_attention_heads", None)
+    mlp = getattr(config, "intermediate_size", None)
+    if not (hidden and heads and mlp):
+        return 0.0
+    head_dim = getattr(config, "head_dim", None) or hidden // heads
+    kv = (getattr(config, "num_key_value_heads", None) or heads) * head_dim
+    token = hidden * (2 * heads * head_dim + 2 * kv) + 3 * hidden * mlp
+    return overhead * 2 * heads * head_dim / token
+
+
+def _cost(tokens: int, weight: float) -> float:
+    return tokens + weight * tokens * tokens
+
+
+def pack_shared(seqs: list[Sequence], device: Any = "cpu", budget: int = 2048, dtype: torch.dtype = torch.float32,
+                pair_weight: float = 0.0) -> Packed:
     """The steps in prefix tries of at most ``budget`` nodes a row (a longer step gets a row of
     its own), with the same fields as ``pack``; ``attention`` is an additive [R, 1, W, W] mask
-    in ``dtype``."""
+    in ``dtype``. Attention is dense within a row, so a step joins the current row only when
+    that costs less than a row of its own (``pair_weight``: see ``attention_pair_weight``): a
+    batch that shares nothing gets one row per step, as padded."""
     tries: list[_Trie] = []
     placed: list[tuple[int, list[int]]] = [(0, [])] * len(seqs)
     for i in sorted(range(len(seqs)), key=lambda i: seqs[i].ids):
         ids = seqs[i].ids
-        if not tries or (tries[-1].size and tries[-1].size + tries[-1].missing(ids) > budget):
+        if tries and tries[-1].size:
+            size, new = tries[-1].size, tries[-1].missing(ids)
+            joins = size + new <= budget and _cost(size + new, pair_weight) - _cost(size, pair_weight) <= _cost(len(ids), pair_weight)
+        if not tries or (tries[-1].size and not joins):
             tries.append(_Trie())
         placed[i] = (len(tries) - 1, tries[-1].insert(ids))
     width = max(t.size for t in tries)
     ids = torch.zeros((len(tries), width), dtype=torch.long)
     positions = torch.zeros((len(tries), width), dtype=torch.long)
-    sees = torch.zeros((len(tries), width, width), dtype=torch.bool)
+    sees = torch.eye(width, dtype=torch.bool).repeat(len(tries), 1, 1)  # padding sees itself only (no row of -inf)
     for r, trie in enumerate(tries):
         ids[r, : trie.size] = torch.tensor(trie.tokens)
-        positions[r, : trie.size] = torch.tensor(trie.depths)
-        row = sees[r]
-        for node, parent in enumerate(trie.parents):  # parents come first: copy the parent's view, add itself
-            if parent >= 0:
-                row[node] = row[parent]
-            row[node, node] = True
-        for pad in range(trie.size, width):
-            row[pad, pad] = True  # padding sees itself only (no row of -inf)
+        depth = torch.tensor(trie.depths)
+        positions[r, : trie.size] = depth
+        # ancestors[n, d]: the ancestor of node n at depth d; a step's nodes are its last node's chain
+        ancestors = torch.full((trie.size, int(depth.max()) + 1), -1, dtype=torch.long)
+        for row, nodes in placed:
+            if row == r:
+                chain = torch.tensor(nodes)
+                below = torch.ones(len(nodes), len(nodes), dtype=torch.bool).tril()
+                ancestors[chain, : len(nodes)] = torch.where(below, chain.expand(len(nodes), -1), -1)
+        # node a sees node b where b is a's ancestor at b's depth (or a itself)
+        sees[r, : trie.size, : trie.size] = ancestors[:, depth] == torch.arange(trie.size)
     mask = torch.zeros(sees.shape, dtype=dtype).masked_fill_(~sees, torch.finfo(dtype).min).unsqueeze(1)
     predict, last_prompt = [], []
     for s, (r, nodes) in zip(seqs, placed):

@@ -43,7 +43,7 @@ def self_play_steps(tokenizer: Any, env_id: str = "KuhnPoker-v0-train", n: int =
                     template: str = "qwen3-zs") -> list[Any]:
     """``n`` consecutive steps of whole games of scripted self-play (``random-valid`` in every
     seat, every turn of every player), rendered with ``template`` and tokenized with
-    ``tokenizer``: the prompts share what real self-play batches share. Rewards +1/-1 by seat."""
+    ``tokenizer``: the prompts share what real self-play batches share. Rewards: the game's."""
     import asyncio
     import random
 
@@ -71,9 +71,9 @@ def self_play_steps(tokenizer: Any, env_id: str = "KuhnPoker-v0-train", n: int =
                                       completion_token_ids=tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id],
                                       action=action, format_ok=ok))
             done, _invalid = game.step(action)
-        game.close()
+        rewards, _info = game.close()
         for player, ts in turns.items():
-            reward = 1.0 if (player + game_idx) % 2 else -1.0
+            reward = float(rewards.get(player, 0.0))
             steps += [Step(env_id=env_id, game_idx=game_idx, player_id=player, turn_index=i, num_turns=len(ts), turn=t,
                            final_reward=reward, reward=reward) for i, t in enumerate(ts)]
         game_idx += 1

@@ -41,7 +41,7 @@ from unstable_core import Batch, Checkpoint, Step
 
 from .options import LearnerOptions
 from .packing import Packed, Sequence, pack, sequences
-from .prefix import pack_shared
+from .prefix import attention_pair_weight, pack_shared
 from .policy import Policy, hidden_states, split_body_and_head
 
 __all__ = [
@@ -75,6 +75,7 @@ class LoraLearner:
         self.version = 0
         self.counts: Counter[str] = Counter()
         self.shared = options.prefix_sharing
+        self.pair_weight = attention_pair_weight(self.model.config)
         why = self.policy.prefix_sharing_unsupported()
         if self.shared and why is not None:
             self.shared = False
@@ -118,7 +119,8 @@ class LoraLearner:
         counted in the update's metrics."""
         seqs = sequences(steps, self.options.max_train_len)
         if self.shared:
-            packed = pack_shared(seqs, self.device, self.options.prefix_budget, dtype=self.policy.head.weight.dtype)
+            packed = pack_shared(seqs, self.device, self.options.prefix_budget, dtype=self.policy.head.weight.dtype,
+                                 pair_weight=self.pair_weight)
         else:
             packed = pack(seqs, self.device)
         self.counts["forward_tokens"] += packed.forward_tokens

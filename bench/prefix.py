@@ -1,0 +1,181 @@
+"""Prefix-shared against padded learner forward: loss + backward time, peak memory, forward tokens,
+gradient agreement.
+
+    python bench/prefix.py [--quick] [--device cpu|cuda] [--steps 64] [--runs 5]
+
+The batch: ``--steps`` consecutive steps of whole games of scripted self-play (``random-valid``
+in both seats, every turn) on KuhnPoker-v0-train and on TicTacToe-v0-train, rendered with the
+``qwen3-zs`` template and tokenized by the kuhn-tiny tokenizer. Models, both with LoRA r16 in
+float32: (a) the kuhn-tiny model, (b) a random-init model shaped like Qwen3-0.6B with 4 layers
+(hidden 1024, 16 heads of 128, 8 KV heads, MLP 3072, vocabulary 151,936). Each (model, batch,
+path) runs in its own process (peak RSS is per process): the REINFORCE loss over the batch in
+``--mini-batch`` chunks, backward, median of ``--runs`` timed runs after one warm-up. "noshare"
+is the Kuhn batch with a distinct first token on every step, so no two steps share a prefix.
+
+Ends with ``summary: speedup_kuhn=X speedup_qwen=Y noshare_ratio=Z grad_rel_err=E``: padded over
+shared time on KuhnPoker for each model, shared over padded time on the noshare batch (tiny
+model), and the largest LoRA-gradient difference relative to the largest gradient (float32).
+``--quick`` (16 steps, 3 runs, 2-layer Qwen shape) stays under 3 minutes on 2 CPU cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "2")
+TINY = "tiny:KuhnPoker-v0-train?sft_steps=150"
+QWEN_SHAPE = {"hidden_size": 1024, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
+              "intermediate_size": 3072, "vocab_size": 151936}
+
+
+def batch(tokenizer, env_id: str, n: int, noshare: bool) -> list:
+    from unstable_hf.testing import self_play_steps
+
+    steps = self_play_steps(tokenizer, env_id, n=n)
+    if noshare:  # a distinct first token on every step: the tries share nothing
+        steps = [s.model_copy(update={"turn": s.turn.model_copy(update={"prompt_token_ids": [3 + i] + s.turn.prompt_token_ids})})
+                 for i, s in enumerate(steps)]
+    return steps
+
+
+def model(kind: str, layers: int, device: str):
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from unstable_hf.loading import resolve_model_path
+
+    path = resolve_model_path(TINY)
+    if kind == "tiny":
+        return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device), path
+    config = AutoConfig.from_pretrained(path)
+    for key, value in {**QWEN_SHAPE, "num_hidden_layers": layers}.items():
+        setattr(config, key, value)
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(config, dtype=torch.float32).to(device), path
+
+
+def worker(args: argparse.Namespace) -> None:
+    import torch
+    from transformers import AutoTokenizer
+
+    from unstable_hf.options import LearnerOptions
+    from unstable_hf.training import LoraLearner
+
+    class Reinforce(LoraLearner):
+        def loss(self, steps, batch_size):
+            packed = self.pack(steps)
+            logp = self.policy.completion_logprobs(packed)
+            adv = packed.tensor([s.reward for s in steps], dtype=logp.dtype)
+            return -(adv * self.sequence_logprobs(packed, logp)).sum() / batch_size, {}
+
+    causal, path = model(args.model, args.layers, args.device)
+    steps = batch(AutoTokenizer.from_pretrained(path), args.env, args.steps, args.noshare)
+    options = LearnerOptions(device=args.device, lora={"rank": 16, "alpha": 32}, prefix_sharing=args.path == "shared",
+                             prefix_budget=args.budget, mini_batch_size=args.mini_batch)
+    learner = Reinforce(options, path, seed=0, causal_lm=causal)
+    with torch.no_grad():  # the same non-zero adapter in every process
+        g = torch.Generator().manual_seed(1)
+        for p in learner.params:
+            p.copy_((torch.randn(p.shape, generator=g) * 0.02).to(p.device))
+    if learner.shared:
+        steps = sorted(steps, key=lambda s: s.turn.prompt_token_ids + s.turn.completion_token_ids)
+
+    def loss_and_backward() -> None:
+        learner.counts.clear()
+        for p in learner.params:
+            p.grad = None
+        for i in range(0, len(steps), args.mini_batch):
+            learner.loss(steps[i : i + args.mini_batch], len(steps))[0].backward()
+        if args.device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    loss_and_backward()  # warm-up
+    times = []
+    for _ in range(args.runs):
+        start = time.perf_counter()
+        loss_and_backward()
+        times.append(time.perf_counter() - start)
+    torch.save({n: p.grad.detach().float().cpu() for n, p in learner.trainable().items()}, args.grads)
+    peak = (torch.cuda.max_memory_allocated() / 2**20 if args.device.startswith("cuda")
+            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    print(json.dumps({"seconds": statistics.median(times), "peak_mib": peak, "forward_tokens": learner.counts["forward_tokens"],
+                      "sequence_tokens": learner.counts["sequence_tokens"]}))
+
+
+def run(args: argparse.Namespace, model_kind: str, env: str, path: str, noshare: bool, grads: Path) -> dict:
+    cmd = [sys.executable, __file__, "--worker", "--model", model_kind, "--env", env, "--path", path, "--grads", str(grads),
+           "--steps", str(args.steps), "--runs", str(args.runs), "--layers", str(args.layers), "--device", args.device,
+           "--budget", str(args.budget), "--mini-batch", str(args.mini_batch)] + (["--noshare"] if noshare else [])
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"worker failed: {' '.join(cmd)}\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def grad_error(a: Path, b: Path) -> float:
+    import torch
+
+    ga, gb = torch.load(a), torch.load(b)
+    scale = max(float(g.abs().max()) for g in ga.values())
+    return max(float((ga[n] - gb[n]).abs().max()) for n in ga) / scale
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="16 steps, 3 runs, a 2-layer Qwen shape")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--steps", type=int, default=64)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--layers", type=int, default=4, help="layers of the Qwen3-0.6B-shaped model")
+    ap.add_argument("--budget", type=int, default=2048, help="prefix_budget: most tokens in one shared row")
+    ap.add_argument("--mini-batch", type=int, default=16)
+    ap.add_argument("--models", default="tiny,qwen", help="which models to run (the summary needs both)")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--model", default="tiny", help=argparse.SUPPRESS)
+    ap.add_argument("--env", default="KuhnPoker-v0-train", help=argparse.SUPPRESS)
+    ap.add_argument("--path", default="shared", help=argparse.SUPPRESS)
+    ap.add_argument("--grads", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--noshare", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        return worker(args)
+    if args.quick:
+        args.steps, args.runs, args.layers = 16, 3, 2
+    cases = [("tiny", "KuhnPoker-v0-train", False), ("tiny", "TicTacToe-v0-train", False), ("tiny", "KuhnPoker-v0-train", True),
+             ("qwen", "KuhnPoker-v0-train", False), ("qwen", "TicTacToe-v0-train", False)]
+    cases = [c for c in cases if c[0] in args.models.split(",")]
+    print(f"{args.steps} steps of scripted self-play, LoRA r16, float32, {args.device}, mini-batch {args.mini_batch}, "
+          f"budget {args.budget}, median of {args.runs}; qwen = Qwen3-0.6B shape with {args.layers} layers")
+    print(f"{'model':<6} {'batch':<20} {'path':<7} {'seconds':>8} {'peak MiB':>9} {'fwd tokens':>11} {'of':>7} {'speedup':>8} {'grad err':>9}")
+    results: dict[tuple[str, str, bool], tuple[float, float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for model_kind, env, noshare in cases:
+            label = ("noshare " if noshare else "") + env.split("-")[0]
+            rows = {}
+            for path in ("padded", "shared"):
+                rows[path] = run(args, model_kind, env, path, noshare, Path(tmp) / f"{path}.pt")
+            err = grad_error(Path(tmp) / "padded.pt", Path(tmp) / "shared.pt")
+            speedup = rows["padded"]["seconds"] / rows["shared"]["seconds"]
+            results[(model_kind, env, noshare)] = (speedup, err)
+            for path, r in rows.items():
+                extra = f"{speedup:>8.2f} {err:>9.1e}" if path == "shared" else ""
+                print(f"{model_kind:<6} {label:<20} {path:<7} {r['seconds']:>8.3f} {r['peak_mib']:>9.0f} "
+                      f"{r['forward_tokens']:>11} {r['sequence_tokens']:>7} {extra}")
+    kuhn = "KuhnPoker-v0-train"
+    if len({m for m, _e, _n in cases}) < 2:
+        return
+    print(f"summary: speedup_kuhn={results[('tiny', kuhn, False)][0]:.2f} speedup_qwen={results[('qwen', kuhn, False)][0]:.2f} "
+          f"noshare_ratio={1 / results[('tiny', kuhn, True)][0]:.2f} grad_rel_err={max(e for _, e in results.values()):.1e}")
+
+
+if __name__ == "__main__":
+    main()
