@@ -59,8 +59,10 @@ class LoraLearner:
     ``mini_batch_size`` steps, ``loss(chunk, batch_size)`` each (so a loss divided by
     ``batch_size`` sums to the batch's mean), backward, the gradient norm clipped at ``grad_clip``
     and logged before clipping, ``version`` + 1. Metrics: ``loss``, ``grad_norm``,
-    ``advantage_mean``, ``train_tokens``, ``learner_tokens_per_s``, ``update_s`` and the mean over
-    chunks of every number ``loss`` reports."""
+    ``advantage_mean``, ``train_tokens`` (completion tokens scored), ``forward_tokens`` (positions
+    the loss's forwards computed), ``prefix_share`` (the share of the steps' tokens that prefix
+    sharing did not recompute), ``learner_tokens_per_s``, ``update_s``, what ``prepare`` returned
+    and the mean over chunks of every number ``loss`` reports."""
 
     def __init__(self, options: LearnerOptions, model: str, seed: int = 0, causal_lm: Any = None) -> None:
         self.options = options
