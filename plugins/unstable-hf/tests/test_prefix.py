@@ -129,3 +129,20 @@ def test_metrics_report_forward_tokens_and_the_share(tiny_path, kuhn_steps):
     P = make(tiny_path, False, mini_batch_size=24)
     m = P.update(Batch(steps=kuhn_steps, learner_version=0))
     assert m["forward_tokens"] == total and m["prefix_share"] == 0.0
+
+
+def test_a_model_that_takes_no_4d_mask_falls_back_to_padded_rows_with_one_log_line(tiny_path, kuhn_steps, monkeypatch, caplog):
+    from types import SimpleNamespace
+
+    from unstable_hf.policy import Policy
+
+    fake = SimpleNamespace(model=SimpleNamespace(config=SimpleNamespace(_attn_implementation="flash_attention_2")))
+    assert "flash_attention_2" in Policy.prefix_sharing_unsupported(fake)
+    monkeypatch.setattr(Policy, "prefix_sharing_unsupported", lambda self: "attention implementation 'x' takes no 4D attention mask")
+    with caplog.at_level("WARNING", logger="unstable.hf"):
+        L = make(tiny_path, True, mini_batch_size=24)
+    assert [r.getMessage() for r in caplog.records if "prefix sharing is off" in r.getMessage()] == [
+        f"prefix sharing is off for {tiny_path}: attention implementation 'x' takes no 4D attention mask; "
+        "the learner forwards one padded row per step"]
+    m = L.update(Batch(steps=kuhn_steps, learner_version=0))
+    assert m["prefix_share"] == 0.0
