@@ -117,8 +117,8 @@ class LoraLearner:
     def pack(self, steps: list[Step]) -> Packed:
         """The steps' rollout token ids as tensors on the model's device (``max_train_len``
         applied): prefix-shared rows (``prefix_sharing``, where the model takes them), else one
-        padded row per step. The forward and completion tokens of packs made by ``loss`` are
-        counted in the update's metrics."""
+        padded row per step. The tokens that packs made by ``loss`` forward are counted in the
+        update's metrics."""
         seqs = sequences(steps, self.options.max_train_len)
         if self.shared:
             packed = pack_shared(seqs, self.device, self.options.prefix_budget, dtype=self.policy.head.weight.dtype,
@@ -127,7 +127,6 @@ class LoraLearner:
             packed = pack(seqs, self.device)
         self.counts["forward_tokens"] += packed.forward_tokens
         self.counts["sequence_tokens"] += packed.sequence_tokens
-        self.counts["train_tokens"] += len(packed.targets)
         return packed
 
     def sequence_logprobs(self, packed: Packed, per_token: torch.Tensor) -> torch.Tensor:
