@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from .packing import Packed, Sequence, completion_fields
+from .packing import Packed, Sequence, completion_fields, pack
 
 
 class _Trie:
@@ -77,40 +77,57 @@ def _cost(tokens: int, weight: float) -> float:
     return tokens + weight * tokens * tokens
 
 
+def _place(seqs: list[Sequence], budget: int, pair_weight: float) -> tuple[list[_Trie], list[tuple[int, list[int]]]]:
+    """Tries (rows) and, per step, its row and the node of each of its positions."""
+    tries: list[_Trie] = []
+    placed: list[tuple[int, list[int]]] = [(0, [])] * len(seqs)
+    for i in sorted(range(len(seqs)), key=lambda i: seqs[i].ids):
+        ids = seqs[i].ids
+        joins = False
+        if tries:
+            size, new = tries[-1].size, tries[-1].missing(ids)
+            joins = size + new <= budget and _cost(size + new, pair_weight) - _cost(size, pair_weight) <= _cost(len(ids), pair_weight)
+        if not joins:
+            tries.append(_Trie())
+        placed[i] = (len(tries) - 1, tries[-1].insert(ids))
+    return tries, placed
+
+
+def _visibility(trie: _Trie, chains: list[list[int]]) -> torch.Tensor:
+    """[size, size]: node a sees node b where b is an ancestor of a or a itself. Each step's
+    nodes are the chain of ancestors of its last node."""
+    if len(chains) == 1:  # one step in the row: plain causal attention
+        return torch.ones(trie.size, trie.size, dtype=torch.bool).tril()
+    depth = torch.tensor(trie.depths)
+    ancestors = torch.full((trie.size, int(depth.max()) + 1), -1, dtype=torch.long)  # [node, depth] -> ancestor
+    for nodes in chains:
+        chain = torch.tensor(nodes)
+        below = torch.ones(len(nodes), len(nodes), dtype=torch.bool).tril()
+        ancestors[chain, : len(nodes)] = torch.where(below, chain.expand(len(nodes), -1), -1)
+    return ancestors[:, depth] == torch.arange(trie.size)
+
+
 def pack_shared(seqs: list[Sequence], device: Any = "cpu", budget: int = 2048, dtype: torch.dtype = torch.float32,
                 pair_weight: float = 0.0) -> Packed:
     """The steps in prefix tries of at most ``budget`` nodes a row (a longer step gets a row of
     its own), with the same fields as ``pack``; ``attention`` is an additive [R, 1, W, W] mask
     in ``dtype``. Attention is dense within a row, so a step joins the current row only when
-    that costs less than a row of its own (``pair_weight``: see ``attention_pair_weight``): a
-    batch that shares nothing gets one row per step, as padded."""
-    tries: list[_Trie] = []
-    placed: list[tuple[int, list[int]]] = [(0, [])] * len(seqs)
-    for i in sorted(range(len(seqs)), key=lambda i: seqs[i].ids):
-        ids = seqs[i].ids
-        if tries and tries[-1].size:
-            size, new = tries[-1].size, tries[-1].missing(ids)
-            joins = size + new <= budget and _cost(size + new, pair_weight) - _cost(size, pair_weight) <= _cost(len(ids), pair_weight)
-        if not tries or (tries[-1].size and not joins):
-            tries.append(_Trie())
-        placed[i] = (len(tries) - 1, tries[-1].insert(ids))
+    that costs less than a row of its own (``pair_weight``: see ``attention_pair_weight``); a
+    batch where no row holds two steps is packed as ``pack`` does."""
+    tries, placed = _place(seqs, budget, pair_weight)
+    chains: list[list[list[int]]] = [[] for _ in tries]
+    for r, nodes in placed:
+        chains[r].append(nodes)
+    if all(len(c) == 1 for c in chains):  # nothing shared: padded rows, no 4D mask to build or apply
+        return pack(seqs, device)
     width = max(t.size for t in tries)
     ids = torch.zeros((len(tries), width), dtype=torch.long)
     positions = torch.zeros((len(tries), width), dtype=torch.long)
     sees = torch.eye(width, dtype=torch.bool).repeat(len(tries), 1, 1)  # padding sees itself only (no row of -inf)
     for r, trie in enumerate(tries):
         ids[r, : trie.size] = torch.tensor(trie.tokens)
-        depth = torch.tensor(trie.depths)
-        positions[r, : trie.size] = depth
-        # ancestors[n, d]: the ancestor of node n at depth d; a step's nodes are its last node's chain
-        ancestors = torch.full((trie.size, int(depth.max()) + 1), -1, dtype=torch.long)
-        for row, nodes in placed:
-            if row == r:
-                chain = torch.tensor(nodes)
-                below = torch.ones(len(nodes), len(nodes), dtype=torch.bool).tril()
-                ancestors[chain, : len(nodes)] = torch.where(below, chain.expand(len(nodes), -1), -1)
-        # node a sees node b where b is a's ancestor at b's depth (or a itself)
-        sees[r, : trie.size, : trie.size] = ancestors[:, depth] == torch.arange(trie.size)
+        positions[r, : trie.size] = torch.tensor(trie.depths)
+        sees[r, : trie.size, : trie.size] = _visibility(trie, chains[r])
     mask = torch.zeros(sees.shape, dtype=dtype).masked_fill_(~sees, torch.finfo(dtype).min).unsqueeze(1)
     predict, last_prompt = [], []
     for s, (r, nodes) in zip(seqs, placed):
