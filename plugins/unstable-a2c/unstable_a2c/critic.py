@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 import torch
 
@@ -82,8 +82,3 @@ class Critic:
             if "lora_" in name:
                 p.requires_grad_(True)
 
-
-def load_value_head(folder: str) -> dict[str, Any]:
-    from safetensors.torch import load_file
-
-    return load_file(str(Path(folder) / "value_head.safetensors"))
