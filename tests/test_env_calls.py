@@ -99,3 +99,34 @@ def test_a_tournament_gives_the_same_records_with_env_calls_on_threads(make_plug
         records[mode] = [r.model_dump(exclude={"time"}) for r in result.eval_records]
     assert records["threads"] == records["loop"]
     assert sum(r["games"] for r in records["loop"]) == 120 and all(r["failed"] == 0 for r in records["loop"])
+
+
+def _kuhn_transcript(disturb: bool) -> list[str]:
+    """A KuhnPoker game played with fixed actions; ``disturb``: other code draws from the global
+    ``random`` module between its moves, as other games in flight do."""
+    import random
+
+    from unstable_core.builtin.env_textarena import TextArenaOptions, TextArenaProvider
+    from unstable_core.builtin.inference_scripted import agent_random_valid
+    from unstable_core.builtin.templates import extract_boxed_action
+
+    game = TextArenaProvider(TextArenaOptions()).make(EnvSpec(env_id="KuhnPoker-v0-train"))
+    game.reset(num_players=2, seed=7)
+    agent, seen, done = random.Random(3), [], False
+    while not done:
+        _pid, obs = game.observe()
+        seen.append(obs)
+        if disturb:
+            random.seed(len(seen))
+            random.random()
+        done, _ = game.step(extract_boxed_action(agent_random_valid(obs, agent))[0])
+    seen.append(repr(game.close()))
+    return seen
+
+
+def test_a_textarena_games_draws_depend_only_on_its_seed_and_moves():
+    # KuhnPoker shuffles its deck from the global random module at every round: without the
+    # wrapper's reseeding the cards of round 2 on depend on what ran between the moves
+    alone = _kuhn_transcript(disturb=False)
+    assert len(alone) > 6  # several rounds were dealt
+    assert _kuhn_transcript(disturb=True) == alone

@@ -36,7 +36,7 @@ _LAZY = {
         "UnstableError", "ConfigError", "PluginError", "UnknownComponentError", "ComponentError", "RunFailed",
         "RunInterrupted",
     )},
-    **{n: "plugins" for n in ("PluginSystem", "PluginRecord", "load_plugins", "get_plugin_system")},
+    **{n: "plugins" for n in ("PluginSystem", "PluginRecord", "PluginRecipe", "load_plugins", "get_plugin_system")},
     **{n: "config" for n in ("RunConfig", "load_config", "validate_config", "ComponentChoice")},
     **{n: "records" for n in (
         "Record", "TrainRecord", "EvalRecord", "EvalSkippedRecord", "SummaryRecord", "RatingsRecord", "GameRecord", "EnvTotals",

@@ -162,6 +162,7 @@ class Run:
         records: list[EvalRecord] = []
         if driver is not None:
             try:
+                await driver.settled()
                 await driver.summary()  # with the final ratings record
                 output.write_json("registry.json", await driver.roles.league.snapshot())
             except Exception:

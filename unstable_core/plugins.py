@@ -97,6 +97,8 @@ class PluginSystem:
         self.catalog: dict[tuple[str, str], tuple[ComponentSpec, PluginRecord]] = {}
         self.strict = _truthy("UNSTABLE_STRICT_PLUGINS") if strict is None else strict
         self.trace = _truthy("UNSTABLE_TRACE_PLUGINS") if trace is None else trace
+        #: how to load the same plugins in another process (set by ``load_plugins``)
+        self.recipe: PluginRecipe | None = None
         if self.trace:
             self.pm.add_hookcall_monitoring(self._trace_before, self._trace_after)
 
@@ -334,15 +336,53 @@ def load_plugins(
 ) -> PluginSystem:
     """Build a fresh plugin system: built-ins, then entry points (honouring the env switches),
     then ``extra`` (name, plugin object) pairs registered as if they were installed plugins."""
-    system = PluginSystem(strict=strict, trace=trace)
-    disabled = _env_list("UNSTABLE_DISABLE_PLUGINS") or []
-    if builtins:
-        system.load_builtins(disabled)
-    if entry_points:
-        system.load_entry_points(_env_list("UNSTABLE_LOAD_PLUGINS"), disabled)
-    for name, plugin in extra:
-        system.register(plugin, name=name, package=getattr(plugin, "__name__", name), version="0")
-    return system
+    recipe = PluginRecipe(
+        builtins=builtins, entry_points=entry_points, extra=tuple(extra),
+        strict=_truthy("UNSTABLE_STRICT_PLUGINS") if strict is None else strict,
+        trace=_truthy("UNSTABLE_TRACE_PLUGINS") if trace is None else trace,
+        disabled=tuple(_env_list("UNSTABLE_DISABLE_PLUGINS") or ()), only=_env_list("UNSTABLE_LOAD_PLUGINS"),
+    )
+    return recipe.load()
+
+
+@dataclass(frozen=True)
+class PluginRecipe:
+    """How a plugin system was loaded, picklable: another process (a Ray actor) loads the same
+    plugins with ``recipe.load()``. ``PluginSystem.recipe`` holds it for systems made by
+    ``load_plugins``; a plugin module in ``extra`` travels by its import name."""
+
+    builtins: bool = True
+    entry_points: bool = True
+    extra: tuple[tuple[str, Any], ...] = ()
+    strict: bool = False
+    trace: bool = False
+    disabled: tuple[str, ...] = ()
+    only: list[str] | None = None  # UNSTABLE_LOAD_PLUGINS
+
+    def load(self) -> PluginSystem:
+        """A fresh plugin system loaded this way, in this process."""
+        system = PluginSystem(strict=self.strict, trace=self.trace)
+        if self.builtins:
+            system.load_builtins(self.disabled)
+        if self.entry_points:
+            system.load_entry_points(self.only, self.disabled)
+        for name, plugin in self.extra:
+            if isinstance(plugin, _ModuleByName):
+                plugin = importlib.import_module(plugin.name)
+            system.register(plugin, name=name, package=getattr(plugin, "__name__", name), version="0")
+        system.recipe = self
+        return system
+
+    def __reduce__(self) -> Any:
+        extra = tuple((name, _ModuleByName(p.__name__) if isinstance(p, type(sys)) else p) for name, p in self.extra)
+        return (PluginRecipe, (self.builtins, self.entry_points, extra, self.strict, self.trace, self.disabled, self.only))
+
+
+class _ModuleByName:
+    """A plugin module, pickled as its import name."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
 
 
 _CACHED: PluginSystem | None = None

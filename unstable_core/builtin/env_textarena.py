@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import difflib
+import random
+import threading
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -35,6 +37,13 @@ class TextArenaOptions(BaseModel):
     )
 
 
+#: TextArena's games draw from the global ``random`` module (KuhnPoker shuffles its deck at every
+#: round). Each reset and step reseeds it from the game's seed and move count, under this lock,
+#: so a game's draws do not depend on which other games ran between its moves (nor on the
+#: executor, nor on env calls running on threads).
+_GLOBAL_RANDOM = threading.Lock()
+
+
 class TextArenaGame:
     """One TextArena environment behind the ``GameEnv`` protocol."""
 
@@ -46,9 +55,14 @@ class TextArenaGame:
         self._game_info: dict[int, Any] = {}
         self._counts_errors = False
         self._flagged: set[int] = set()
+        self._seed = 0
+        self._moves = 0
 
     def reset(self, num_players: int, seed: int) -> None:
-        self.env.reset(num_players=num_players, seed=seed)
+        self._seed, self._moves = seed, 0
+        with _GLOBAL_RANDOM:
+            random.seed(seed)
+            self.env.reset(num_players=num_players, seed=seed)
         # the state object is made by reset; cache it (each lookup walks the wrapper chain)
         self.state = state = getattr(self.env, "state", None)
         if state is not None and hasattr(state, "error_allowance"):
@@ -69,7 +83,10 @@ class TextArenaGame:
         # (TextArena sets game_info[player]["invalid_move"], once)
         state, pid = self.state, self._player
         errors_before = state.error_count if self._counts_errors else 0
-        done, _info = self.env.step(action=action)
+        self._moves += 1
+        with _GLOBAL_RANDOM:
+            random.seed(self._seed * 1_000_003 + self._moves)
+            done, _info = self.env.step(action=action)
         if self._counts_errors and state.error_count > errors_before:
             return bool(done), True
         info = self._game_info.get(pid)

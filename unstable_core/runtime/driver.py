@@ -208,11 +208,21 @@ class Driver:
 
     async def take_in(self, results: list[GameResult], on_results: Callable[[list[GameResult]], None] | None) -> None:
         """Ingest finished games and hand them to the lane's owner (an evaluation round), as one
-        step that a run snapshot never splits."""
+        step that a run snapshot never splits. Shielded: a stop that lands mid-ingest lets it
+        finish (a remote role carries out a call its caller stopped waiting for), and the final
+        summary waits for it (``settled``), so the driver's counts and the roles' agree."""
+        await asyncio.shield(self._take_in(results, on_results))
+
+    async def _take_in(self, results: list[GameResult], on_results: Callable[[list[GameResult]], None] | None) -> None:
         async with self.ingest_lock:
             await self.ingest(results)
             if on_results is not None:
                 on_results(results)
+
+    async def settled(self) -> None:
+        """Wait for an ingest in flight (a stopped run's last one) to end."""
+        async with self.ingest_lock:
+            pass
 
     async def ingest(self, results: list[GameResult]) -> None:
         state = self.state
