@@ -1,0 +1,177 @@
+"""The actor that holds one role of a run, and the handles through which the driver awaits it.
+
+A ``RoleActor`` is an async Ray actor: it builds its role with the driver's plugins (loaded from
+the plugin system's picklable recipe), then serves ``call(method, *args)``; coroutines run on the
+actor's event loop, so a rollout plays every game of its batches concurrently and nothing blocks
+(a blocking learner trains in a worker thread, as in-process).
+
+A ``RoleHandle`` turns ``await handle.update(batch)`` into one actor call. An error the role
+raised comes back as itself (a ComponentError names its component, as with the local executor);
+an actor that died fails the run, naming the role and the cause. A ``RolloutHandle`` restarts a
+dead rollout actor instead (up to the executor's ``max_restarts``), publishes the last checkpoint
+to the new one and plays the lost games again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray.exceptions import RayActorError, RayTaskError
+
+from unstable_core import Checkpoint, RunFailed, build_role
+
+log = logging.getLogger("unstable.ray")
+KEEP_CHECKPOINTS = 2  # received checkpoints a rollout actor keeps on its disk (a backend may read lazily)
+
+
+@ray.remote
+class RoleActor:
+    """One role, built in this worker process."""
+
+    def __init__(self) -> None:
+        self.role: Any = None
+        self.received: list[str] = []  # checkpoint directories written here, oldest first
+
+    async def build(self, role: str, plan: Any, plugins: Any) -> int:
+        """Build ``role`` of ``plan`` with the plugins ``plugins`` (a ``PluginRecipe``) loads."""
+        self.role = build_role(role, plan, plugins.load())
+        return os.getpid()
+
+    async def call(self, method: str, *args: Any) -> Any:
+        result = getattr(self.role, method)(*args)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    async def set_policy_from_bytes(self, checkpoint: Checkpoint, files: dict[str, bytes]) -> int:
+        """Write a checkpoint sent as bytes to this node's disk, then serve it."""
+        directory = tempfile.mkdtemp(prefix=f"unstable-{checkpoint.uid}-")
+        for name, data in files.items():
+            path = Path(directory, name)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        self.received.append(directory)
+        served = await self.role.set_policy(checkpoint.model_copy(update={"path": directory}))
+        while len(self.received) > KEEP_CHECKPOINTS:
+            shutil.rmtree(self.received.pop(0), ignore_errors=True)
+        return served
+
+    async def close(self) -> None:
+        if self.role is not None and hasattr(self.role, "close"):
+            self.role.close()
+        for directory in self.received:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def checkpoint_files(path: str) -> dict[str, bytes]:
+    """Every file under a checkpoint directory, by relative path."""
+    root = Path(path)
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def original(exc: RayTaskError) -> BaseException:
+    """The exception the role raised (Ray wraps it with the remote traceback)."""
+    cause = getattr(exc, "cause", None)
+    return cause if isinstance(cause, BaseException) else RunFailed(str(exc).strip().splitlines()[-1])
+
+
+def death(exc: RayActorError) -> str:
+    """Why an actor died, in one line."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    reason = [line for line in lines if line.startswith("The actor is dead because")]
+    return (reason[0] if reason else lines[0] if lines else type(exc).__name__).removeprefix("The actor is dead because ")
+
+
+class RoleHandle:
+    """The driver's handle on one role's actor: ``await handle.method(*args)``."""
+
+    def __init__(self, name: str, actor: Any) -> None:
+        self.name = name
+        self.actor = actor
+
+    def __getattr__(self, method: str) -> Any:
+        if method.startswith("_"):
+            raise AttributeError(method)
+
+        async def call(*args: Any) -> Any:
+            return await self._call(method, *args)
+
+        call.__name__ = method
+        return call
+
+    async def _call(self, method: str, *args: Any) -> Any:
+        try:
+            return await self.actor.call.remote(method, *args)
+        except RayTaskError as exc:
+            raise original(exc) from None
+        except RayActorError as exc:
+            raise RunFailed(
+                f"ray executor: the {self.name} actor died ({death(exc)}); the run cannot go on without it. "
+                "`unstable run --resume RUN_DIR` goes on from the last snapshot."
+            ) from None
+
+
+class RolloutHandle(RoleHandle):
+    """A rollout replica's handle: a dead actor is replaced, gets the current checkpoint, and the
+    call it broke is made again (a batch of games is played again from the same specs)."""
+
+    def __init__(self, index: int, actor: Any, executor: Any) -> None:
+        super().__init__(f"rollout-{index}", actor)
+        self.index = index
+        self.executor = executor
+        self.generation = 0
+        self.checkpoint: Checkpoint | None = None
+        self._lock = asyncio.Lock()
+
+    async def set_policy(self, checkpoint: Checkpoint) -> int:
+        self.checkpoint = checkpoint
+        return await self._call("set_policy", checkpoint)
+
+    async def _call(self, method: str, *args: Any) -> Any:
+        while True:
+            generation = self.generation
+            try:
+                return await self._send(method, *args)
+            except RayTaskError as exc:
+                raise original(exc) from None
+            except RayActorError as exc:
+                await self._restart(generation, death(exc))
+
+    def _send(self, method: str, *args: Any) -> Any:
+        if method == "set_policy" and not self.executor.options.shared_filesystem:
+            return self.actor.set_policy_from_bytes.remote(args[0], self.executor.checkpoint_bytes(args[0]))
+        return self.actor.call.remote(method, *args)
+
+    async def _restart(self, generation: int, cause: str) -> None:
+        async with self._lock:
+            if generation != self.generation:  # another call has restarted it already
+                return
+            executor = self.executor
+            limit = executor.options.max_restarts
+            if executor.restarts >= limit:
+                raise RunFailed(f"ray executor: the {self.name} actor died ({cause}) and the run's max_restarts "
+                                f"({limit}) are used up")
+            executor.restarts += 1
+            log.warning("ray executor: the %s actor died (%s); restarting it (%d of %d restarts)", self.name, cause,
+                        executor.restarts, limit)
+            self.actor = await asyncio.to_thread(executor.start_rollout, self.index)
+            self.generation += 1
+            if self.checkpoint is None:
+                return
+            try:
+                served = await self._send("set_policy", self.checkpoint)
+            except RayTaskError as exc:
+                raise original(exc) from None
+            except RayActorError as exc:
+                raise RunFailed(f"ray executor: the restarted {self.name} actor died too ({death(exc)})") from None
+            if served != self.checkpoint.version:
+                raise RunFailed(f"ray executor: the restarted {self.name} serves version {served!r}, "
+                                f"not {self.checkpoint.version}")
