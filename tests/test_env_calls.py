@@ -58,7 +58,7 @@ def test_on_the_loop_a_blocking_step_stalls_the_other_games():
     assert results[0].outcome == "failed" and "never stepped" in results[0].error
 
 
-@pytest.mark.parametrize("calls", [EnvCalls("threads"), EnvCalls("auto", slow_s=0.0)], ids=["threads", "auto"])
+@pytest.mark.parametrize("calls", [EnvCalls("threads"), EnvCalls("auto", slow_s=0.0, slow_calls=1)], ids=["threads", "auto"])
 def test_on_threads_a_blocking_step_stalls_only_its_own_game(calls):
     results = play_two(calls, Rendezvous(wait_s=60))
     assert [r.outcome for r in results] == ["finished", "finished"]
@@ -70,9 +70,15 @@ def test_auto_moves_only_slow_env_ids_to_threads():
     results = play_two(calls, Rendezvous(wait_s=0.2))
     assert calls.slow_envs == set() and calls._workers == []  # nothing was slow: every call on the loop
     assert results[0].outcome == "failed"
-    calls = EnvCalls("auto", slow_s=0.0)
+    calls = EnvCalls("auto", slow_s=0.0, slow_calls=1)
     play_two(calls, Rendezvous(wait_s=60))
     assert calls.slow_envs == {"PickBest-v0"}
+
+
+def test_auto_lets_the_first_slow_calls_of_an_env_id_pass():
+    calls = EnvCalls("auto", slow_s=0.0, slow_calls=3)
+    assert [calls.mark_slow("a"), calls.mark_slow("a"), calls.mark_slow("b"), calls.mark_slow("a")] == [False, False, False, True]
+    assert calls.slow_envs == {"a"}
 
 
 def test_an_env_call_that_raises_on_a_thread_fails_its_game_with_the_reason():

@@ -227,7 +227,9 @@ class Driver:
     async def ingest(self, results: list[GameResult]) -> None:
         state = self.state
         await self.roles.league.record(results)
-        await self.roles.buffer.add(results)
+        train = [r for r in results if r.game.mode == "train"]  # the buffer keeps training games only
+        if train:
+            await self.roles.buffer.add(train)
         self.out.games(results, state.step)
         game_end = bool(self.system.hook.unstable_game_end.get_hookimpls())
         for result in results:

@@ -20,14 +20,18 @@ T = TypeVar("T")
 
 EnvCallMode = Literal["auto", "loop", "threads"]
 ENV_THREADS = 16  # worker threads of one rollout role for env calls
+SLOW_CALLS = 3  # slow calls of an env id on the loop that move its calls to threads
 
 
 class EnvCalls:
-    def __init__(self, mode: EnvCallMode = "auto", slow_s: float = 0.02, threads: int = ENV_THREADS) -> None:
+    def __init__(self, mode: EnvCallMode = "auto", slow_s: float = 0.02, threads: int = ENV_THREADS,
+                 slow_calls: int = SLOW_CALLS) -> None:
         self.mode = mode
         self.slow_s = slow_s
+        self.slow_calls_to_move = slow_calls
         self.threads = threads
         self.slow_envs: set[str] = set()  # env ids whose calls now run on threads
+        self.slow_calls: dict[str, int] = {}  # slow calls on the loop, by env id
         self._calls: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._workers: list[threading.Thread] = []
         self._idle = 0  # worker threads free to take a call without waiting
@@ -42,7 +46,13 @@ class EnvCalls:
         return self.slow_s if self.mode == "auto" else float("inf")
 
     def mark_slow(self, env_id: str) -> bool:
-        """An env id's call on the loop was slow: its calls run on threads from now on."""
+        """An env id's call on the loop was slow. At the ``slow_calls``-th such call its calls run
+        on threads from now on (return True). The first ones are let pass: a first ``make``
+        imports the game's modules (textarena's take a second), and in a process that shares
+        the GIL with busy threads of its own (a Ray actor's) a fast call is now and then slow."""
+        self.slow_calls[env_id] = count = self.slow_calls.get(env_id, 0) + 1
+        if count < self.slow_calls_to_move:
+            return False
         self.slow_envs.add(env_id)
         return True
 
