@@ -34,9 +34,9 @@ def local_tournament(tmp_path_factory):
     return unstable_core.run(TOURNAMENT, run_dir=tmp_path_factory.mktemp("t") / "local")
 
 
-@pytest.mark.parametrize("replicas", [1, 2])
-def test_a_tournament_gives_the_same_records_as_with_the_local_executor(cluster, tmp_path, local_tournament, replicas):
-    cfg = {**TOURNAMENT, "executor": ray_executor(rollout_replicas=replicas, rollout={"num_cpus": 0.5})}
+@pytest.mark.parametrize("replicas, in_driver", [(1, []), (2, []), (2, ["league", "buffer"])])
+def test_a_tournament_gives_the_same_records_as_with_the_local_executor(cluster, tmp_path, local_tournament, replicas, in_driver):
+    cfg = {**TOURNAMENT, "executor": ray_executor(rollout_replicas=replicas, rollout={"num_cpus": 0.5}, in_driver=in_driver)}
     result = unstable_core.run(cfg, run_dir=tmp_path / "ray")
     assert result.status == "completed" and result.games_played == 200
     assert outcomes(result) == outcomes(local_tournament)

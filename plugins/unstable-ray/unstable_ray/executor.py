@@ -24,7 +24,7 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from unstable_core import Checkpoint, RoleHandles, RunFailed
+from unstable_core import Checkpoint, RoleHandles, RunFailed, build_role
 
 from .actors import RoleActor, RoleHandle, RolloutHandle, checkpoint_files, death, original
 from .options import RayOptions, Resources
@@ -79,8 +79,10 @@ class RayExecutor:
 
     # -- placement ------------------------------------------------------------------------------
     def roles(self, plan: Any) -> list[tuple[str, Resources]]:
+        """The roles that run as actors, with what each reserves."""
         o = self.options
-        out = [("league", o.league), ("buffer", o.buffer)] + ([("learner", o.learner)] if plan.trains else [])
+        out = [(r, getattr(o, r)) for r in ("league", "buffer") if r not in o.in_driver]
+        out += [("learner", o.learner)] if plan.trains else []
         return out + [(f"rollout-{i}", o.rollout) for i in range(o.rollout_replicas)]
 
     def reserve(self, roles: list[tuple[str, Resources]]) -> None:
@@ -147,8 +149,9 @@ class RayExecutor:
         self.build([name for name, _ in roles])
         rollouts = [RolloutHandle(i, self.actors[f"rollout-{i}"], self) for i in range(self.options.rollout_replicas)]
         learner = RoleHandle("learner", self.actors["learner"]) if plan.trains else None
-        return RoleHandles(league=RoleHandle("league", self.actors["league"]), rollouts=rollouts,
-                           buffer=RoleHandle("buffer", self.actors["buffer"]), learner=learner)
+        league, buffer = (build_role(r, plan, self.plugins) if r in self.options.in_driver else RoleHandle(r, self.actors[r])
+                          for r in ("league", "buffer"))
+        return RoleHandles(league=league, rollouts=rollouts, buffer=buffer, learner=learner)
 
     def start_rollout(self, index: int) -> Any:
         """A new actor for rollout replica ``index`` (its old one died), built; blocking."""

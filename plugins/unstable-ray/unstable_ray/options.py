@@ -33,6 +33,9 @@ class RayOptions(BaseModel):
     learner: Resources = _resources(1.0)
     league: Resources = _resources(0.0)
     buffer: Resources = _resources(0.0)
+    in_driver: list[Literal["league", "buffer"]] = Field(
+        default_factory=list, description="Roles built in the driver's process instead of as actors: each finished "
+        "game then crosses one process boundary (rollout -> driver) instead of three (rollout -> driver -> league, buffer).")
     placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = Field(
         "PACK", description="How the placement group's bundles are spread over nodes.")
     placement_timeout_s: float = Field(
