@@ -15,6 +15,7 @@ to the new one and plays the lost games again.
 from __future__ import annotations
 
 import asyncio
+import gc
 import inspect
 import logging
 import os
@@ -43,6 +44,9 @@ class RoleActor:
     async def build(self, role: str, plan: Any, plugins: Any) -> int:
         """Build ``role`` of ``plan`` with the plugins ``plugins`` (a ``PluginRecipe``) loads."""
         self.role = build_role(role, plan, plugins.load())
+        # what exists now (Ray's and the plugins' modules, models, tokenizers) lives as long as
+        # the actor: out of the collector's way, a rollout plays ~20 % faster (bench/ray_rollout.py)
+        gc.freeze()
         return os.getpid()
 
     async def call(self, method: str, *args: Any) -> Any:

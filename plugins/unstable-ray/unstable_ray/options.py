@@ -16,8 +16,9 @@ class Resources(BaseModel):
     num_gpus: float = Field(0.0, ge=0, le=64)
 
 
-def _resources(cpus: float, gpus: float = 0.0) -> Field:  # type: ignore[valid-type]
-    return Field(default_factory=lambda: Resources(num_cpus=cpus, num_gpus=gpus))
+def _resources(role: str, cpus: float) -> Field:  # type: ignore[valid-type]
+    return Field(default_factory=lambda: Resources(num_cpus=cpus, num_gpus=0.0),
+                 description=f"What the {role} reserves: num_cpus, num_gpus (fractions allowed).")
 
 
 class RayOptions(BaseModel):
@@ -29,10 +30,10 @@ class RayOptions(BaseModel):
     num_cpus: int | None = Field(None, ge=1, le=4096, description="CPUs of a local cluster started for the run (default: all).")
     namespace: str = Field("unstable", min_length=1, max_length=64, description="Ray namespace of the run's actors.")
     rollout_replicas: int = Field(1, ge=1, le=256, description="Rollout actors, each with its own inference backends.")
-    rollout: Resources = _resources(1.0)
-    learner: Resources = _resources(1.0)
-    league: Resources = _resources(0.0)
-    buffer: Resources = _resources(0.0)
+    rollout: Resources = _resources("each rollout replica", 1.0)
+    learner: Resources = _resources("learner", 1.0)
+    league: Resources = _resources("league", 0.0)
+    buffer: Resources = _resources("buffer", 0.0)
     in_driver: list[Literal["league", "buffer"]] = Field(
         default_factory=list, description="Roles built in the driver's process instead of as actors: each finished "
         "game then crosses one process boundary (rollout -> driver) instead of three (rollout -> driver -> league, buffer).")
