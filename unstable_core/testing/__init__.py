@@ -39,7 +39,6 @@ from .contracts import (
     BufferContract,
     EnvProviderContract,
     EnvSamplerContract,
-    ExecutorContract,
     InferenceContract,
     ModelSamplerContract,
     RaterContract,
@@ -49,6 +48,7 @@ from .contracts import (
     check_state_round_trip,
     sample_result,
 )
+from .executor import ExecutorContract
 from .learner import LearnerContract, make_steps
 from .resume import kill_after, restored_state, run_with_kills, start_run
 from .toy import (

@@ -324,6 +324,3 @@ def build_component_for(contract: _Contract, spec: Any, system: Any, tmp_path: P
 
     return build_component(spec.kind, spec.name, contract.options, plugins=system, run_dir=str(tmp_path))
 
-
-class ExecutorContract(_Contract):
-    kind = "executor"

@@ -9,6 +9,7 @@ import json
 import pytest
 
 import unstable_core
+from unstable_core.testing.executor import records
 
 pytest.importorskip("unstable_hf", reason="the tiny model comes from the hf plugin")
 pytest.importorskip("unstable_reinforce", reason="the learner comes from the reinforce plugin")
@@ -36,12 +37,6 @@ def tiny_config(tiny_path, mode, steps, executor=None):
         "trackers": [{"name": "jsonl"}],
         "executor": executor or {"name": "local"},
     }
-
-
-def records(run_dir, kinds=("train", "eval")):
-    timing = {"time", "games_per_s", "duration_s", "update_s", "learner_tokens_per_s"}  # wall-clock figures
-    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if k not in timing} for r in lines if r["type"] in kinds]
 
 
 def adapter(run_dir, step):
