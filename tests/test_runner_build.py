@@ -109,6 +109,22 @@ def test_a_backend_answering_a_dict_is_validated_into_a_completion():
     assert broken.outcome == "failed" and broken.error.startswith("ValidationError") and "Completion" in broken.error
 
 
+def test_a_pickled_result_loads_as_an_equal_model_with_the_same_fields_set():
+    import pickle
+
+    from unstable_core import ModelRef
+
+    result = asyncio.run(_runner().play(_spec("KuhnPoker-v0-train", ("random-valid", "greedy"), 1)))
+    loaded = pickle.loads(pickle.dumps(result))
+    assert loaded == result and loaded.model_dump() == result.model_dump() and loaded.outcomes == result.outcomes
+    _assert_complete(loaded)
+    assert all(type(t) is Turn for tr in loaded.trajectories for t in tr.turns)
+    partial = pickle.loads(pickle.dumps(ModelRef(uid="a")))  # defaults stay unset, as pydantic keeps them
+    assert partial.model_fields_set == {"uid"} and partial == ModelRef(uid="a")
+    partial.version = 3  # an ordinary, mutable model
+    assert partial.model_dump()["version"] == 3
+
+
 def test_trusted_builds_what_validation_builds():
     data = {"text": "\\boxed{[3]}", "prompt_token_ids": [1, 2], "completion_token_ids": [3], "logprobs": [-0.5], "policy_version": 2}
     built = _trusted(Completion, dict(data))

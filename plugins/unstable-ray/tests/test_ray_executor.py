@@ -8,16 +8,10 @@ import unstable_core
 import unstable_ray.plugin as ray_plugin
 from unstable_core import RunFailed
 from unstable_core.testing import ExecutorContract
+from unstable_core.testing.executor import TOURNAMENT as CONTRACT_TOURNAMENT
 from unstable_core.testing.executor import outcomes
 
-TOURNAMENT = {
-    "name": "tournament", "seed": 0,
-    "train_envs": [{"env_id": "TicTacToe-v0-train"}, {"env_id": "KuhnPoker-v0-train"}],
-    "opponents": ["greedy", "random-valid", "first-valid"],
-    "model_sampler": {"name": "fixed"},
-    "collection": {"tournament_games": 200, "num_train_games": 16},
-    "trackers": [],
-}
+TOURNAMENT = {**CONTRACT_TOURNAMENT, "collection": {"tournament_games": 200, "num_train_games": 16}}
 
 
 def ray_executor(**options):
