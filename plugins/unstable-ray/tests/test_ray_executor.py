@@ -73,3 +73,44 @@ def test_a_placement_the_cluster_cannot_hold_fails_with_what_was_asked(cluster, 
 
     assert ray.util.placement_group_table() and all(
         g["state"] == "REMOVED" for g in ray.util.placement_group_table().values())
+
+
+def test_without_a_shared_filesystem_replicas_serve_past_checkpoints_from_their_own_copies(cluster, tmp_path):
+    """A replica restarted after two publications gets both checkpoints as bytes; once the
+    checkpoints are gone from the run directory (a node that never saw it), a game against the
+    older one is still served, from the replica's copy."""
+    import asyncio
+    import shutil
+
+    from unstable_core import GameSpec, EnvSpec, ModelRef, checkpoint_ref
+    from unstable_core.testing import toy_config, toy_plugin
+    from unstable_ray.executor import RayExecutor
+    from unstable_ray.options import RayOptions
+
+    system = unstable_core.load_plugins(extra=[("toy", toy_plugin)])
+    job = unstable_core.build(toy_config(), run_dir=tmp_path / "run", plugins=system)
+    executor = RayExecutor(RayOptions(shared_filesystem=False, max_restarts=1, learner={"num_cpus": 0.5}), system)
+    try:
+        roles = executor.start(job.plan)
+        rollout = roles.rollouts[0]
+
+        async def scenario():
+            saved = [await roles.learner.save(str(tmp_path / "run" / "checkpoints" / uid), uid) for uid in ("ckpt-1", "ckpt-2")]
+            for ckpt in saved:
+                assert await rollout.set_policy(ckpt) == ckpt.version
+            import ray
+
+            ray.kill(rollout.actor, no_restart=True)
+            assert await rollout.play([]) == [] and executor.restarts == 1  # restarted, checkpoints re-sent
+            shutil.move(tmp_path / "run" / "checkpoints", tmp_path / "moved")
+            past = checkpoint_ref(saved[0], job.plan.config.model_ref())
+            seats = [past, ModelRef(uid="random-valid", model="random-valid")]
+            specs = [GameSpec(game_idx=i, seed=i, env=EnvSpec(env_id="PickBest-v0"), seats=seats, mode="tournament")
+                     for i in range(4)]
+            return specs, await rollout.play(specs)
+
+        specs, results = asyncio.run(scenario())
+        assert all(r.outcome != "failed" for r in results), [r.error for r in results]
+        assert [r.game for r in results] == specs  # the results name the seats as the driver does
+    finally:
+        executor.shutdown()

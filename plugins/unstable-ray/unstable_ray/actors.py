@@ -30,7 +30,6 @@ from ray.exceptions import RayActorError, RayTaskError
 from unstable_core import Checkpoint, RunFailed, build_role
 
 log = logging.getLogger("unstable.ray")
-KEEP_CHECKPOINTS = 2  # received checkpoints a rollout actor keeps on its disk (a backend may read lazily)
 
 
 @ray.remote
@@ -39,7 +38,7 @@ class RoleActor:
 
     def __init__(self) -> None:
         self.role: Any = None
-        self.received: list[str] = []  # checkpoint directories written here, oldest first
+        self.local: dict[str, str] = {}  # checkpoint path on the driver's node -> its copy here
 
     async def build(self, role: str, plan: Any, plugins: Any) -> int:
         """Build ``role`` of ``plan`` with the plugins ``plugins`` (a ``PluginRecipe``) loads."""
@@ -55,23 +54,48 @@ class RoleActor:
             result = await result
         return result
 
+    async def pack(self, path: str) -> dict[str, bytes]:
+        """The files of a checkpoint this actor (the learner's) wrote, for other nodes."""
+        return checkpoint_files(path)
+
+    async def receive(self, checkpoint: Checkpoint, files: dict[str, bytes]) -> str:
+        """Write a checkpoint sent as bytes to this node's disk; return where."""
+        directory = self.local.get(checkpoint.path)
+        if directory is None:
+            directory = tempfile.mkdtemp(prefix=f"unstable-{checkpoint.uid}-")
+            for name, data in files.items():
+                path = Path(directory, name)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(data)
+            self.local[checkpoint.path] = directory
+        return directory
+
     async def set_policy_from_bytes(self, checkpoint: Checkpoint, files: dict[str, bytes]) -> int:
         """Write a checkpoint sent as bytes to this node's disk, then serve it."""
-        directory = tempfile.mkdtemp(prefix=f"unstable-{checkpoint.uid}-")
-        for name, data in files.items():
-            path = Path(directory, name)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
-        self.received.append(directory)
-        served = await self.role.set_policy(checkpoint.model_copy(update={"path": directory}))
-        while len(self.received) > KEEP_CHECKPOINTS:
-            shutil.rmtree(self.received.pop(0), ignore_errors=True)
-        return served
+        directory = await self.receive(checkpoint, files)
+        return await self.role.set_policy(checkpoint.model_copy(update={"path": directory}))
+
+    async def play(self, specs: list[Any]) -> list[Any]:
+        """Play games whose seats may name checkpoints by their path on the driver's node: the
+        backends get this node's copies; the results name the seats as the driver does."""
+        if not self.local:
+            return await self.role.play(specs)
+        results = await self.role.play([self._here(spec) for spec in specs])
+        for spec, result in zip(specs, results):
+            result.game = spec
+            for trajectory in result.trajectories:
+                trajectory.model = spec.seats[trajectory.player_id]
+        return results
+
+    def _here(self, spec: Any) -> Any:
+        seats = [s.model_copy(update={"adapter_path": self.local[s.adapter_path]}) if s.adapter_path in self.local else s
+                 for s in spec.seats]
+        return spec.model_copy(update={"seats": seats})
 
     async def close(self) -> None:
         if self.role is not None and hasattr(self.role, "close"):
             self.role.close()
-        for directory in self.received:
+        for directory in self.local.values():
             shutil.rmtree(directory, ignore_errors=True)
 
 
@@ -137,6 +161,8 @@ class RolloutHandle(RoleHandle):
 
     async def set_policy(self, checkpoint: Checkpoint) -> int:
         self.checkpoint = checkpoint
+        if not self.executor.published or self.executor.published[-1].uid != checkpoint.uid:
+            self.executor.published.append(checkpoint)
         return await self._call("set_policy", checkpoint)
 
     async def _call(self, method: str, *args: Any) -> Any:
@@ -150,8 +176,11 @@ class RolloutHandle(RoleHandle):
                 await self._restart(generation, death(exc))
 
     def _send(self, method: str, *args: Any) -> Any:
-        if method == "set_policy" and not self.executor.options.shared_filesystem:
-            return self.actor.set_policy_from_bytes.remote(args[0], self.executor.checkpoint_bytes(args[0]))
+        if not self.executor.options.shared_filesystem:
+            if method == "set_policy":
+                return self.actor.set_policy_from_bytes.remote(args[0], self.executor.checkpoint_bytes(args[0]))
+            if method == "play":  # seats may name past checkpoints, which live on this node as copies
+                return self.actor.play.remote(*args)
         return self.actor.call.remote(method, *args)
 
     async def _restart(self, generation: int, cause: str) -> None:
@@ -171,6 +200,9 @@ class RolloutHandle(RoleHandle):
             if self.checkpoint is None:
                 return
             try:
+                if not executor.options.shared_filesystem:  # past checkpoints may be opponents
+                    for past in executor.published[:-1]:
+                        await self.actor.receive.remote(past, executor.checkpoint_bytes(past))
                 served = await self._send("set_policy", self.checkpoint)
             except RayTaskError as exc:
                 raise original(exc) from None

@@ -69,6 +69,7 @@ class RayExecutor:
         self.bundle_of: dict[str, int] = {}
         self.actors: dict[str, Any] = {}
         self._sent: tuple[str, Any] | None = None  # (checkpoint uid, object ref of its bytes)
+        self.published: list[Checkpoint] = []  # every checkpoint published to the replicas, in order
         self._lock = threading.Lock()
         self._closed = False
         if getattr(plugins, "recipe", None) is None:
@@ -164,9 +165,12 @@ class RayExecutor:
         return self.actors[name]
 
     def checkpoint_bytes(self, checkpoint: Checkpoint) -> Any:
-        """The checkpoint's files in the object store, put there once for every replica."""
+        """An object ref of the checkpoint's files, read by the learner's actor on its node (the
+        driver's node may not see them) once for every replica of a publication."""
         if self._sent is None or self._sent[0] != checkpoint.uid:
-            self._sent = (checkpoint.uid, ray.put(checkpoint_files(checkpoint.path)))
+            learner = self.actors.get("learner")
+            ref = learner.pack.remote(checkpoint.path) if learner is not None else ray.put(checkpoint_files(checkpoint.path))
+            self._sent = (checkpoint.uid, ref)
         return self._sent[1]
 
     def shutdown(self) -> None:
