@@ -42,14 +42,15 @@ TOURNAMENT: dict[str, Any] = {
 
 
 class _BrokenSamplerPlugin:
-    """Model sampler ``broken``: returns uid strings instead of ModelRefs."""
+    """Model sampler ``broken``: returns a uid string instead of ModelRefs (the same one every
+    call, so the message does not depend on which of several concurrent calls fails first)."""
 
     @hookimpl
     def unstable_model_samplers(self) -> list[ModelSamplerSpec]:
         return [ModelSamplerSpec(name="broken", summary="Returns uid strings (for executor tests)", factory=lambda o, ctx: self)]
 
     def sample(self, env: Any, anchor: Any, num_seats: int, registry: Any, rng: Any) -> list[str]:
-        return [anchor.uid] * num_seats
+        return ["no-such-model"] * num_seats
 
 
 BrokenSampler = _BrokenSamplerPlugin()
