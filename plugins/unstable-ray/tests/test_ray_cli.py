@@ -90,3 +90,12 @@ def test_sigterm_shuts_the_actors_down_and_flushes_the_run(cluster, tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_an_address_where_no_cluster_answers_fails_at_once_with_exit_2(tmp_path):
+    config = tmp_path / "run.toml"
+    config.write_text(CONFIG)
+    proc = subprocess.run([sys.executable, "-m", "unstable_core.cli", "run", str(config), "--run-dir", str(tmp_path / "run"),
+                           "--set", "executor.address=127.0.0.1:1"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "no Ray cluster answers at 127.0.0.1:1" in proc.stderr and "Traceback" not in proc.stderr

@@ -13,9 +13,9 @@ started them.
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
 import signal
+import socket
 import threading
 from typing import Any
 
@@ -29,9 +29,6 @@ from unstable_core import Checkpoint, RoleHandles, RunFailed, build_role
 from .actors import RoleActor, RoleHandle, RolloutHandle, checkpoint_files, death, original
 from .options import RayOptions, Resources
 
-log = logging.getLogger("unstable.ray")
-
-
 def connect(options: RayOptions) -> bool:
     """Connect to the cluster the options name, or use the Ray already initialised here, or
     start a local one; return whether this call started Ray (and so must stop it)."""
@@ -41,6 +38,7 @@ def connect(options: RayOptions) -> bool:
     kwargs: dict[str, Any] = {"include_dashboard": False, "namespace": options.namespace, "log_to_driver": True}
     if options.address is None:
         kwargs["num_cpus"] = options.num_cpus
+    reachable(options.address)
     main = threading.current_thread() is threading.main_thread()
     sigterm = signal.getsignal(signal.SIGTERM) if main else None
     try:
@@ -57,6 +55,21 @@ def actor_prefix(run_dir: str) -> str:
     """How the actors of the run in ``run_dir`` are named: ``PREFIX/league``, ``PREFIX/rollout-0``..."""
     path = os.path.abspath(run_dir)
     return f"{os.path.basename(path) or 'run'}-{hashlib.sha1(path.encode()).hexdigest()[:8]}"
+
+
+def reachable(address: str | None, timeout_s: float = 5.0) -> None:
+    """Fail at once when a ``host:port`` address does not answer: ray.init would retry for
+    minutes. ``auto`` and a missing address are Ray's to resolve."""
+    if not address or address == "auto" or address == "local":
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise RunFailed(f"ray executor: address {address!r} is not auto, host:port or ray://host:port")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise RunFailed(f"ray executor: no Ray cluster answers at {address} ({exc}); start one with "
+                        "`ray start --head` or leave executor.address unset for a local one") from None
 
 
 class RayExecutor:
