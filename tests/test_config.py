@@ -133,3 +133,31 @@ def test_config_check_cli(cli, tmp_path):
     bad = write(tmp_path, GOOD + "\n[training]\nbatch_size = -3\n")
     proc = cli("config", "check", str(bad))
     assert proc.returncode == 2 and "training.batch_size" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_component_checks_its_options_against_the_rest_of_the_run(tmp_path, make_plugin_system):
+    """``check_run(options, components)``: a component sees every chosen component's options; a
+    ValueError is the problem's own message, under the component's key."""
+    from unstable_core import BufferSpec, hookimpl
+    from unstable_core.builtin.buffers import BufferOptions, StepBuffer, _factory
+    from unstable_core.runtime.plan import check_run
+
+    seen = {}
+
+    def check(options, components):
+        seen.update(components)
+        if options.capacity < 10:
+            raise ValueError(f"capacity {options.capacity} is below what model_sampler needs")
+
+    class Picky:
+        @hookimpl
+        def unstable_buffers(self):
+            return [BufferSpec(name="picky", summary="Picky", config=BufferOptions, factory=_factory(StepBuffer), check_run=check)]
+
+    system = make_plugin_system(Picky())
+    cfg = load_config(write(tmp_path, GOOD + '\n[buffer]\nname = "picky"\ncapacity = 5\n'))
+    with pytest.raises(ConfigError) as e:
+        check_run(cfg, system, "c.toml")
+    assert "c.toml: buffer: capacity 5 is below what model_sampler needs" in str(e.value)
+    assert {"buffer", "model_sampler", "env"} <= set(seen) and seen["buffer"].capacity == 5
+    check_run(load_config(write(tmp_path, GOOD + '\n[buffer]\nname = "picky"\ncapacity = 50\n')), system, "c.toml")

@@ -93,6 +93,12 @@ class ComponentSpec(BaseModel):
     summary: str = Field(description="One line shown by `unstable components list`.")
     config: type[BaseModel] = Field(NoOptions, description="Pydantic model of the component's options.")
     factory: Callable[..., Any] = Field(description="factory(options, ctx) -> component.")
+    check_run: Callable[[Any, Mapping[str, BaseModel]], None] | None = Field(
+        None,
+        description="check_run(options, components): raise ValueError when this component's options do not fit the rest "
+        "of the run; `components` maps each chosen component's config key ('learner', 'inference', ...) to its "
+        "validated options. Called by `unstable config check` and before every run.",
+    )
 
     @field_validator("name")
     @classmethod

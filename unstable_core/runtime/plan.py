@@ -159,7 +159,8 @@ class Builder:
 
 def check_run(cfg: RunConfig, system: Any, source: str = "<config>") -> dict[str, tuple[Any, BaseModel]]:
     """Everything that can be checked without playing: the components and their options
-    (``resolve_components``), every environment (its provider's ``check_env``), every model
+    (``resolve_components``), each component's options against the rest of the run (its
+    ``check_run``), every environment (its provider's ``check_env``), every model
     (its backend's ``check_model`` and per-model ``options``). Raises one ConfigError listing
     every problem."""
     resolved = resolve_components(cfg, system, source)
@@ -181,6 +182,13 @@ def check_run(cfg: RunConfig, system: Any, source: str = "<config>") -> dict[str
             except Exception as exc:  # a ValueError is the provider's own message
                 reason = str(exc) if isinstance(exc, ValueError) and str(exc) else describe_error(exc)
                 problems.append(f"{source}: {section}.{i}: {reason}")
+    chosen = {key: opts for key, (_, opts) in resolved.items()}
+    for key, (spec, opts) in resolved.items():
+        if spec.check_run is not None:
+            try:
+                spec.check_run(opts, chosen)
+            except Exception as exc:
+                problems.append(f"{source}: {key}: {exc if isinstance(exc, ValueError) else describe_error(exc)}")
     refs = [(f"opponents.{i}", o.ref()) for i, o in enumerate(cfg.opponents)]
     base = cfg.model_ref()
     if base is not None:
