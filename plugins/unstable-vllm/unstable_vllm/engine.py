@@ -72,7 +72,8 @@ def engine_args(path: str, options: VLLMInferenceOptions, max_model_len: int) ->
         enable_lora=options.enable_lora,
         max_loras=options.max_loras,
         max_lora_rank=options.max_lora_rank,
-        max_cpu_loras=options.max_cpu_loras,
+        # the backend removes adapters past max_cpu_loras itself; the zero adapter comes on top
+        max_cpu_loras=(options.max_cpu_loras or options.max_loras) + int(zero_mode(options)),
         gpu_memory_utilization=options.gpu_memory_utilization,
         tensor_parallel_size=options.tensor_parallel_size,
         max_model_len=max_model_len,
