@@ -16,6 +16,7 @@ being trained), each on its own event-loop thread (``engine.py``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from typing import Any
 
@@ -52,9 +53,14 @@ class VLLMInference:
             engine, thread = Engine(path, self.options, tokenizer), EngineThread(f"vllm-engine-{len(self._engines)}")
             try:
                 thread.submit(engine.start()).result(timeout=self.options.engine_start_timeout_s)
-            except BaseException:
-                thread.submit(engine.shutdown()).result(timeout=60)
+            except BaseException as exc:
+                with contextlib.suppress(Exception):  # what started of the engine goes
+                    thread.submit(engine.shutdown()).result(timeout=120)
                 thread.stop()
+                if isinstance(exc, TimeoutError):
+                    raise RuntimeError(
+                        f"the vLLM engine of {path} did not start within engine_start_timeout_s = {self.options.engine_start_timeout_s:g} s"
+                    ) from None
                 raise
             self._engines[path] = self._engines[model] = (engine, thread)
             return engine, thread

@@ -20,7 +20,7 @@ class VLLMInferenceOptions(BaseModel):
     trust_remote_code: bool = Field(False, description="Let transformers run code shipped with the model (off unless you set it).")
     cache_dir: str | None = Field(None, description="Where 'tiny:' models are built (default $UNSTABLE_CACHE or ~/.cache/unstable).")
     max_tokens: int = Field(32, ge=1, description="Most tokens generated per completion.")
-    temperature: float = Field(0.6, ge=0, description="Sampling temperature (0: greedy; logprobs are then those of T=1).")
+    temperature: float = Field(0.6, ge=0, description="Sampling temperature (0: greedy).")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling threshold.")
     seed: int = Field(0, description="Engine seed, and xor-ed into every request's seed.")
     max_prompt_tokens: int | None = Field(None, ge=1, description="Keep only the last N prompt tokens (None: all).")
