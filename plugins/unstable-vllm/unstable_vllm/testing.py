@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-SEVEN = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+from unstable_hf.options import SEVEN_PROJECTIONS
 
 
 def write_random_adapter(model_path: str, out: str, rank: int = 8, scale: float = 0.3, seed: int = 1) -> str:
@@ -16,7 +16,7 @@ def write_random_adapter(model_path: str, out: str, rank: int = 8, scale: float 
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
-    peft_model = get_peft_model(model, LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=SEVEN, task_type="CAUSAL_LM"))
+    peft_model = get_peft_model(model, LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=SEVEN_PROJECTIONS, task_type="CAUSAL_LM"))
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in peft_model.named_parameters():
