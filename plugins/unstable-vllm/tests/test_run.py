@@ -88,3 +88,21 @@ def test_a_rank_vllm_has_no_slot_for_fails_config_check():
     done = config_check("inference.max_lora_rank=12")
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "inference.max_lora_rank" in done.stderr and "1, 8, 16, 32" in done.stderr
+
+
+@pytest.mark.vllm
+def test_an_engine_that_does_not_start_in_time_fails_naming_the_option_and_leaves_no_process(tiny_path):
+    import psutil
+
+    from unstable_vllm.inference import VLLMInference
+    from unstable_vllm.options import VLLMInferenceOptions
+
+    def engine_processes():
+        return {p.pid for p in psutil.Process().children(recursive=True)
+                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE and p.name().startswith("VLLM")}
+
+    before = engine_processes()  # earlier tests' engines may still be exiting
+    backend = VLLMInference(VLLMInferenceOptions(**SMALL, engine_start_timeout_s=1))
+    with pytest.raises(RuntimeError, match="did not start within engine_start_timeout_s = 1 s"):
+        backend.prepare(ModelRef(uid="base", kind="base", backend="vllm", model=tiny_path))
+    assert not engine_processes() - before
