@@ -29,6 +29,7 @@ from unstable_core import Checkpoint, RoleHandles, RunFailed, build_role
 from .actors import RoleActor, RoleHandle, RolloutHandle, checkpoint_files, death, original
 from .options import RayOptions, Resources
 
+
 def connect(options: RayOptions) -> bool:
     """Connect to the cluster the options name, or use the Ray already initialised here, or
     start a local one; return whether this call started Ray (and so must stop it)."""

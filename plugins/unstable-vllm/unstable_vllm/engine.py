@@ -123,7 +123,6 @@ class Engine:
         self.plain_done = asyncio.Event()
         self.plain_done.set()
         self.add_lock = asyncio.Lock()
-        self.generated_tokens = 0
 
     async def start(self) -> None:
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # vLLM's INFO lines drown the run's own
@@ -209,7 +208,6 @@ class Engine:
         out = final.outputs[0]
         tokens = list(out.token_ids)
         logprobs = [float(step[token].logprob) for token, step in zip(tokens, out.logprobs or [])]
-        self.generated_tokens += len(tokens)
         eos = self.tokenizer.eos_token_id
         text = self.tokenizer.decode([t for t in tokens if t != eos], skip_special_tokens=True)
         return Completion(text=text, prompt_token_ids=prompt_ids, completion_token_ids=tokens, logprobs=logprobs, policy_version=ref.version)

@@ -69,10 +69,6 @@ class VLLMInference:
         """Start the engine of `ref`'s base model now instead of at the first request."""
         self._engine(ref.model)
 
-    @property
-    def generated_tokens(self) -> int:
-        return sum(engine.generated_tokens for engine, _ in self._started())
-
     def _started(self) -> list[tuple[Engine, EngineThread]]:
         """Each started engine once (``_engines`` holds it under its model name and its path)."""
         return list({id(pair[0]): pair for pair in self._engines.values()}.values())
