@@ -18,6 +18,15 @@ def test_run_the_tournament_example_from_python(tmp_path):
     # the records are the ones in metrics.jsonl
     lines = [json.loads(line) for line in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines()]
     assert [r for r in lines if r["type"] == "eval"] == [r.model_dump(mode="json") for r in result.eval_records]
+    # the log opens with what the run plans and closes with how it ended (the dashboard reads both)
+    start, end = lines[0], lines[-1]
+    assert (start["type"], start["mode"], start["total"], start["name"]) == ("start", "tournament", 120, "tournament")
+    assert start["config"]["collection"]["tournament_games"] == 120 and any(p["name"] == "core.samplers" for p in start["plugins"])
+    assert (end["type"], end["status"], end["games"]) == ("end", "completed", 120)
+    # the ratings carry the games per pair of models, as the registry counts them
+    registry = json.loads((tmp_path / "t" / "registry.json").read_text())
+    ratings = [r for r in lines if r["type"] == "ratings"][-1]
+    assert ratings["pairs"] == registry["pairs"] and sum(p["games"] for p in ratings["pairs"]) == 120
 
 
 def test_a_dict_and_a_run_config_give_the_same_run(make_plugin_system, tmp_path):
@@ -26,6 +35,10 @@ def test_a_dict_and_a_run_config_give_the_same_run(make_plugin_system, tmp_path)
     a = unstable_core.run(cfg, run_dir=tmp_path / "a", plugins=system)
     b = unstable_core.run(RunConfig.model_validate(cfg), run_dir=tmp_path / "b", plugins=system)
     assert a.status == b.status == "completed" and a.learner_steps == b.learner_steps == 3
+    records = [json.loads(line) for line in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
+    assert (records[0]["mode"], records[0]["total"]) == ("train", 3)
+    assert [r["step"] for r in records if r["type"] == "train"] == [1, 2, 3]
+    assert all(r["update_s"] > 0 for r in records if r["type"] == "train")  # the dashboard's learner tokens/s
     # the evaluation before training is seeded and the same (async training itself is not)
     assert a.eval_records[0].step == 0
     assert a.eval_records[0].model_dump(exclude={"time"}) == b.eval_records[0].model_dump(exclude={"time"})
@@ -76,4 +89,6 @@ def test_stop_ends_a_started_run_cleanly(make_plugin_system, tmp_path):
     result = outcome["result"]
     assert result.status == "interrupted" and 200 <= result.games_played < 10_000_000
     records = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
-    assert records[-1]["type"] == "ratings" and records[-2]["games"] == result.games_played
+    assert records[-1] == {"type": "end", "status": "interrupted", "games": result.games_played, "error": None,
+                           "step": 0, "time": records[-1]["time"]}
+    assert records[-2]["type"] == "ratings" and records[-3]["games"] == result.games_played

@@ -411,6 +411,7 @@ def test_sigterm_stops_like_ctrl_c_with_everything_flushed(tmp_path):
     assert proc.returncode == 143, err
     assert "Traceback" not in err and "SIGTERM" in err
     records = [json.loads(line) for line in metrics.read_text().splitlines()]
-    assert records[-1]["type"] == "ratings" and records[-2]["type"] == "summary"
+    assert records[-1]["type"] == "end" and records[-1]["status"] == "interrupted"
+    assert records[-2]["type"] == "ratings" and records[-3]["type"] == "summary"
     registry = json.loads((run_dir / "registry.json").read_text())
-    assert sum(m["games"] for m in registry["models"]) == 2 * records[-2]["games"]
+    assert sum(m["games"] for m in registry["models"]) == 2 * records[-3]["games"] == 2 * records[-1]["games"]

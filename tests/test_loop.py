@@ -284,7 +284,7 @@ def test_ctrl_c_stops_cleanly_with_files_flushed(tmp_path):
     assert proc.returncode == 130, err
     assert "Traceback" not in err and "interrupted" in err
     records = read_jsonl(metrics)  # every line is complete JSON
-    assert records[-1]["type"] == "ratings"
+    assert records[-1]["type"] == "end" and records[-1]["status"] == "interrupted" and records[-2]["type"] == "ratings"
     reg = json.loads((run_dir / "registry.json").read_text())
     assert sum(m["games"] for m in reg["models"]) > 0
 

@@ -40,7 +40,7 @@ _LAZY = {
     **{n: "config" for n in ("RunConfig", "load_config", "validate_config", "ComponentChoice")},
     **{n: "records" for n in (
         "Record", "TrainRecord", "EvalRecord", "EvalSkippedRecord", "SummaryRecord", "RatingsRecord", "GameRecord", "EnvTotals",
-        "ResumeRecord",
+        "ResumeRecord", "StartRecord", "EndRecord", "PairCount", "TranscriptRecord", "TranscriptTurn",
     )},
     **{n: "state" for n in ("Stateful", "rng_state", "set_rng_state")},
     # running: the Python API, plans and roles for executors

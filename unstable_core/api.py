@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .config import RunConfig, apply_overrides, load_config, validate_config
 from .errors import ComponentError, ConfigError, RunFailed, RunInterrupted, describe_error
-from .records import EvalRecord
+from .records import EndRecord, EvalRecord, StartRecord
 from .types import RunEndContext, RunStartContext
 
 
@@ -133,12 +133,19 @@ class Run:
                                               "components": {k: {"name": r.name, **r.options} for k, r in plan.recipes.items()}})
             records = [r.as_dict() for r in plugins.plugin_records()]
             output.write_json("plugins.json", records)
+            c = plan.config
+            start = StartRecord(name=c.name, mode="train" if plan.trains else "tournament", run_dir=str(self.run_dir),
+                                total=c.training.learning_steps if plan.trains else c.collection.tournament_games,
+                                resumed=snapshot is not None, config=c.model_dump(mode="json"), plugins=records)
+            if snapshot is None:  # a resumed run's log is cut back to its snapshot first
+                output.log(start)
             # in a worker thread: building roles may load or build models for minutes, and the
             # loop must keep handling Ctrl-C meanwhile
             self.roles = await asyncio.to_thread(executor.start, plan)
             driver = Driver(plan, self.roles, output, plugins)
             if snapshot is not None:
                 await restore(driver, *snapshot)
+                output.log(start.model_copy(update={"step": driver.state.step, "time": output.now()}))
             output.write_json("registry.json", await driver.roles.league.snapshot())
             plugins.call_lifecycle("unstable_run_start", ctx=RunStartContext(
                 run_dir=self.run_dir, config=plan.config.model_dump(mode="json"), plugins=records))
@@ -169,7 +176,12 @@ class Run:
                 if status == "completed":
                     raise
             steps, games, records = driver.state.step, driver.state.games_played, driver.state.eval_records
-        close_errors = output.close()
+        close_errors = []
+        try:
+            output.log(EndRecord(step=steps, time=output.now(), status=status, games=games, error=error))
+        except ComponentError as exc:
+            close_errors.append(str(exc))
+        close_errors += output.close()
         if executor is not None:
             executor.shutdown()
         end = RunEndContext(run_dir=self.run_dir, learner_steps=steps, games_played=games, status=status, error=error)

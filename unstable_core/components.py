@@ -370,7 +370,9 @@ class Executor(Protocol):
 @runtime_checkable
 class Tracker(Protocol):
     """Receives the run's metrics records (``unstable_core.records``). ``wants_game_records``:
-    whether it also wants one ``GameRecord`` per game (the driver builds them only then)."""
+    whether it also wants one ``GameRecord`` per game (the driver builds them only then). An
+    optional ``wants_transcripts = True`` also sends it a ``TranscriptRecord`` for each game
+    whose transcript is written (``collection.transcripts``: a seeded sample)."""
 
     wants_game_records: bool
 

@@ -13,13 +13,17 @@ so far); ``time`` is seconds since the run started.
 ``summary``     every second and at the end: games, throughput, failures, buffer, per-env totals
 ``ratings``     with every summary: the rater's numbers per model
 ``game``        one per game, only for trackers with ``wants_game_records = True``
+``transcript``  one per game whose transcript goes to ``games/`` (a seeded sample), only for
+                trackers with ``wants_transcripts = True``
 ``resume``      where a resumed run went on: the snapshot's learner step
+``start``       first of a run (and of each resumed leg): what it plans, its config and plugins
+``end``         last of a run: how it ended (completed, interrupted, failed)
 =============== ===================================================================================
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -45,6 +49,7 @@ class TrainRecord(Record):
     staleness_max: float = Field(description="Largest staleness in the batch.")
     batch_steps: float = Field(description="Steps the learner received.")
     dropped: float = Field(0.0, description="Steps dropped by the zero-advantage filter before this update.")
+    update_s: float = Field(0.0, description="Seconds the learner's update took (with train_tokens: learner tokens/s).")
 
 
 class EvalRecord(Record):
@@ -77,6 +82,7 @@ class EnvTotals(BaseModel):
     draw_rate: float
     loss_rate: float
     invalid_rate: float
+    format_rate: float = Field(0.0, description="The anchor seat's turns with a well-formed answer.")
     mean_turns: float
 
 
@@ -89,13 +95,28 @@ class SummaryRecord(Record):
     buffer_size: int = 0
     buffer_capacity: int = 0
     dropped_zero_advantage: int = 0
+    generated_tokens: int = Field(0, description="Completion tokens generated so far (every mode; 0 for scripted agents).")
     envs: dict[str, dict[str, EnvTotals]] = Field(default_factory=dict, description="{mode: {env_id: totals}}.")
+
+
+class PairCount(BaseModel):
+    """Games played between two models (``a`` < ``b``), from ``a``'s side."""
+
+    model_config = ConfigDict(extra="ignore", defer_build=True)
+
+    a: str
+    b: str
+    games: int
+    draws: int = 0
+    wins_a: int = 0
+    wins_b: int = 0
 
 
 class RatingsRecord(Record):
     type: Literal["ratings"] = "ratings"
     games: int
     ratings: dict[str, dict[str, float]] = Field(description="uid -> the rater's numbers (mu, sigma, score, ...).")
+    pairs: list[PairCount] = Field(default_factory=list, description="Games per pair of models (the match heatmap).")
 
 
 class GameRecord(Record):
@@ -114,6 +135,34 @@ class GameRecord(Record):
     duration_s: float = 0.0
 
 
+class TranscriptTurn(BaseModel):
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+
+    player_id: int
+    observation: str = Field(description="What the player saw (cut at 2,000 characters).")
+    completion: str
+    action: str
+    format_ok: bool
+    invalid: bool
+    policy_version: int | None = None
+
+
+class TranscriptRecord(Record):
+    """A game's transcript, as written to ``games/MODE.jsonl``."""
+
+    type: Literal["transcript"] = "transcript"
+    game_idx: int
+    mode: str
+    env_id: str
+    seed: int
+    seats: list[dict[str, Any]] = Field(description="Per seat: player_id, uid, version.")
+    train_seats: list[int] = Field(default_factory=list)
+    rewards: dict[int, float]
+    outcome: str
+    error: str | None = None
+    turns: list[TranscriptTurn]
+
+
 class ResumeRecord(Record):
     """A resumed run goes on from the snapshot of learner step ``step``."""
 
@@ -122,6 +171,27 @@ class ResumeRecord(Record):
     replayed: int = Field(0, description="Training games that were in flight at the snapshot, played again.")
 
 
+class StartRecord(Record):
+    """What a run plans: ``total`` learner steps (``mode = "train"``) or tournament games."""
+
+    type: Literal["start"] = "start"
+    name: str
+    mode: Literal["train", "tournament"]
+    total: int = Field(description="Learner steps to make, or tournament games to play.")
+    run_dir: str
+    resumed: bool = False
+    config: dict[str, Any] = Field(default_factory=dict, description="The resolved run config.")
+    plugins: list[dict[str, Any]] = Field(default_factory=list, description="Plugin records: name, version, components.")
+
+
+class EndRecord(Record):
+    type: Literal["end"] = "end"
+    status: Literal["completed", "interrupted", "failed"]
+    games: int = 0
+    error: str | None = None
+
+
 __all__ = [
     "Record", "ResumeRecord", "TrainRecord", "EvalRecord", "EvalSkippedRecord", "EnvTotals", "SummaryRecord", "RatingsRecord", "GameRecord",
+    "PairCount", "StartRecord", "EndRecord", "TranscriptRecord", "TranscriptTurn",
 ]

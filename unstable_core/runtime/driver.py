@@ -287,12 +287,14 @@ class Driver:
         return None
 
     async def update(self, batch: Batch) -> None:
+        began = time.monotonic()
         metrics = await self.roles.learner.update(batch)
+        update_s = time.monotonic() - began
         self.state.step += 1
         step = self.state.step
         versions = [s.turn.policy_version for s in batch.steps]
         derived = {"staleness_mean": step - 1 - sum(versions) / len(versions), "staleness_max": float(step - 1 - min(versions)),
-                   "batch_steps": float(len(batch.steps)), "dropped": float(batch.dropped)}
+                   "batch_steps": float(len(batch.steps)), "dropped": float(batch.dropped), "update_s": round(update_s, 6)}
         metrics.update(derived)
         self.out.log(TrainRecord(step=step, time=self.out.now(), **metrics))
         self.system.call_lifecycle("unstable_batch_end", ctx=BatchEndContext(run_dir=self.run_dir, learner_step=step,
@@ -326,7 +328,9 @@ class Driver:
         self.out.log(SummaryRecord(
             step=state.step, time=now, games=state.games_played, games_per_s=state.games_played / max(now, 1e-9),
             failed=sum(state.failures.values()), failures=dict(state.failures), buffer_size=await self.roles.buffer.size(),
-            buffer_capacity=self.capacity, dropped_zero_advantage=state.dropped, envs=self.stats.snapshot(),
+            buffer_capacity=self.capacity, dropped_zero_advantage=state.dropped, generated_tokens=self.stats.generated_tokens,
+            envs=self.stats.snapshot(),
         ))
         snapshot = await self.roles.league.snapshot()
-        self.out.log(RatingsRecord(step=state.step, time=now, games=state.games_played, ratings=snapshot["ratings"]))
+        self.out.log(RatingsRecord(step=state.step, time=now, games=state.games_played, ratings=snapshot["ratings"],
+                                   pairs=snapshot["pairs"]))

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ComponentError, UnstableError
-from ..records import GameRecord, Record
+from ..records import GameRecord, Record, TranscriptRecord, TranscriptTurn
 from ..state import load_into, state_of
 from ..types import GameResult
 from .jsonio import json_line, write_json_atomic
@@ -57,6 +57,7 @@ class RunOutput:
         keys = [f"trackers.{i}" for i in range(len(plan.config.trackers))]
         self.trackers = [(builder.label(k), builder.build(k)) for k in keys]
         self.game_trackers = [(label, t) for label, t in self.trackers if t.wants_game_records]
+        self.transcript_trackers = [(label, t) for label, t in self.trackers if getattr(t, "wants_transcripts", False)]
         self.transcript_key = derive_seed(plan.config.seed, "transcripts")
         self._transcripts: dict[str, Any] = {}
 
@@ -107,16 +108,17 @@ class RunOutput:
             except OSError as exc:
                 raise UnstableError(f"run directory {self.run_dir}: cannot write games/{game.mode}.jsonl: {exc.strerror or exc}") from None
         turns = sorted((t for tr in result.trajectories for t in tr.turns), key=lambda t: t.index)
-        fh.write(json_line({
-            "game_idx": game.game_idx, "mode": game.mode, "env_id": game.env.env_id, "seed": game.seed, "step": step,
-            "seats": [{"player_id": i, "uid": r.uid, "version": r.version} for i, r in enumerate(game.seats)],
-            "train_seats": game.train_seats, "rewards": result.rewards, "outcome": result.outcome, "error": result.error,
-            "turns": [
-                {"player_id": t.player_id, "observation": _clip(t.observation), "completion": _clip(t.completion),
-                 "action": _clip(t.action, 200), "format_ok": t.format_ok, "invalid": t.invalid, "policy_version": t.policy_version}
-                for t in turns
-            ],
-        }))  # flushed with each summary and at the end
+        record = TranscriptRecord(
+            step=step, time=self.now(), game_idx=game.game_idx, mode=game.mode, env_id=game.env.env_id, seed=game.seed,
+            seats=[{"player_id": i, "uid": r.uid, "version": r.version} for i, r in enumerate(game.seats)],
+            train_seats=game.train_seats, rewards=result.rewards, outcome=result.outcome, error=result.error,
+            turns=[TranscriptTurn(player_id=t.player_id, observation=_clip(t.observation), completion=_clip(t.completion),
+                                  action=_clip(t.action, 200), format_ok=t.format_ok, invalid=t.invalid,
+                                  policy_version=t.policy_version) for t in turns],
+        )
+        fh.write(json_line(record.model_dump(mode="json", exclude={"type", "time"})))  # flushed with each summary and at the end
+        for label, tracker in self.transcript_trackers:
+            self._log(label, tracker, record)
 
     def flush(self) -> None:
         for fh in self._transcripts.values():

@@ -35,7 +35,7 @@ async def gather(driver: Any) -> dict[str, Any]:
             "step": state.step, "games_played": state.games_played, "failures": dict(state.failures),
             "failures_in_a_row": state.failures_in_a_row, "dropped": state.dropped, "empty_batches": state.empty_batches,
             "eval_records": [r.model_dump(mode="json") for r in state.eval_records],
-            "stats": [[mode, env, row] for (mode, env), row in driver.stats.rows.items()],
+            "stats": driver.stats.state_dict(),
             "checkpoint": driver.last_checkpoint.model_dump(mode="json") if driver.last_checkpoint else None,
             "eval_rounds": [r.state_dict() for r in driver.eval_rounds],  # async: rounds still playing
         },
@@ -52,7 +52,7 @@ async def restore(driver: Any, step: int, full: dict[str, Any]) -> None:
     state.failures = Counter(saved["failures"])
     state.failures_in_a_row, state.dropped, state.empty_batches = saved["failures_in_a_row"], saved["dropped"], saved["empty_batches"]
     state.eval_records = [EvalRecord.model_validate(r) for r in saved["eval_records"]]
-    driver.stats.rows = {(mode, env): row for mode, env, row in saved["stats"]}
+    driver.stats.load_state_dict(saved["stats"])
     await roles.league.load_state_dict(full["league"])
     await roles.buffer.load_state_dict(full["buffer"])
     await roles.learner.load_state_dict(full["learner"])

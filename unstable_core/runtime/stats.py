@@ -25,11 +25,12 @@ class CollectionStats:
     ``summary`` records carry as ``envs`` and the console tracker shows. Nothing is kept per game;
     a windowed rate is the difference of two summaries."""
 
-    FIELDS = ("games", "failed", "win", "draw", "loss", "invalid", "turns")
+    FIELDS = ("games", "failed", "win", "draw", "loss", "invalid", "turns", "anchor_turns", "format_ok")
     _OUTCOME_COLUMN = {"win": 2, "draw": 3, "loss": 4}
 
     def __init__(self) -> None:
         self.rows: dict[tuple[str, str], list[int]] = {}
+        self.generated_tokens = 0  # completion tokens of every seat, every game
 
     def add(self, result: GameResult) -> None:
         game = result.game
@@ -38,18 +39,34 @@ class CollectionStats:
         if row is None:
             row = self.rows[key] = [0] * len(self.FIELDS)
         row[0] += 1
+        for traj in result.trajectories:
+            for turn in traj.turns:
+                self.generated_tokens += len(turn.completion_token_ids)
         if result.outcome == "failed":
             row[1] += 1
             return
         pid = anchor_seat(game)
         row[self._OUTCOME_COLUMN[result.outcome_for(pid)]] += 1
-        if pid < len(result.trajectories) and result.trajectories[pid].made_invalid_move:
-            row[5] += 1
+        if pid < len(result.trajectories):
+            traj = result.trajectories[pid]
+            row[5] += traj.made_invalid_move
+            row[7] += len(traj.turns)
+            row[8] += sum(t.format_ok for t in traj.turns)
         row[6] += result.num_turns
 
+    def state_dict(self) -> dict[str, Any]:
+        return {"rows": [[mode, env, row] for (mode, env), row in self.rows.items()], "generated_tokens": self.generated_tokens}
+
+    def load_state_dict(self, state: dict[str, Any] | list[Any]) -> None:
+        if isinstance(state, list):  # snapshots before generated_tokens: the rows alone, fewer columns
+            state = {"rows": state, "generated_tokens": 0}
+        width = len(self.FIELDS)
+        self.rows = {(mode, env): row + [0] * (width - len(row)) for mode, env, row in state["rows"]}
+        self.generated_tokens = state["generated_tokens"]
+
     def snapshot(self) -> dict[str, dict[str, dict[str, float]]]:  # {mode: {env_id: EnvTotals fields}}
-        """{mode: {env_id: {games, failed, win_rate, draw_rate, loss_rate, invalid_rate, mean_turns}}};
-        rates are over the games that finished."""
+        """{mode: {env_id: {games, failed, win_rate, draw_rate, loss_rate, invalid_rate, format_rate,
+        mean_turns}}}; rates are over the games that finished (format: over the anchor's turns)."""
         out: dict[str, dict[str, dict[str, float]]] = {}
         for (mode, env_id), row in sorted(self.rows.items()):
             c = dict(zip(self.FIELDS, row))
@@ -61,6 +78,7 @@ class CollectionStats:
                 "draw_rate": c["draw"] / n if n else 0.0,
                 "loss_rate": c["loss"] / n if n else 0.0,
                 "invalid_rate": c["invalid"] / n if n else 0.0,
+                "format_rate": c["format_ok"] / c["anchor_turns"] if c["anchor_turns"] else 0.0,
                 "mean_turns": c["turns"] / n if n else 0.0,
             }
         return out
