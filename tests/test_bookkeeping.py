@@ -5,10 +5,9 @@ import math
 from collections import Counter
 
 import pytest
-from rich.console import Console
 
 from unstable_core.builtin.trackers import ConsoleOptions, ConsoleTracker
-from unstable_core.records import SummaryRecord, TrainRecord
+from unstable_core.records import EvalRecord, SummaryRecord, TrainRecord
 from unstable_core.runtime.jsonio import json_line
 from unstable_core.runtime.stats import CollectionStats, anchor_seat
 from unstable_core.runtime.runner import derive_seed, index_seed, unit_hash
@@ -98,19 +97,18 @@ def test_json_line_is_one_json_object_a_line():
     assert json.loads(json_line({"completion": text}))["completion"] == text
 
 
-def test_console_shows_per_env_rates_from_summaries():
-    tracker = ConsoleTracker(ConsoleOptions(live=False))
-    tracker.log(SummaryRecord(games=12, games_per_s=4.0, failed=1, buffer_size=3, buffer_capacity=8, envs={"train": {
-        "TicTacToe-v0": {"games": 12, "failed": 1, "win_rate": 0.5, "draw_rate": 0.25, "loss_rate": 0.25,
-                         "invalid_rate": 0.125, "mean_turns": 7.0}}}))
-    tracker.log(TrainRecord(step=5, staleness_mean=0.0, staleness_max=0.0, batch_steps=8.0))
-    out = Console(record=True, width=200)
-    out.print(tracker._table())
-    text = out.export_text()
-    assert "12 games (4.0/s)" in text and "failed 1" in text and "step 5" in text and "buffer 3/8" in text
-    row = next(line for line in text.splitlines() if "train TicTacToe-v0" in line)
-    assert [c for c in row.replace("│", " ").split()][-5:] == ["12", "0.50", "0.25", "0.25", "0.12"]
+def test_console_tracker_prints_whole_plain_lines_off_a_terminal(capsys):
+    tracker = ConsoleTracker(ConsoleOptions(live=False, every_s=1.0))
+    tracker.log(SummaryRecord(time=2.0, games=12, games_per_s=4.0, failed=1, failures={"ValueError": 1}, buffer_size=3,
+                              buffer_capacity=8))
+    tracker.log(TrainRecord(step=5, time=3.0, staleness_mean=0.5, staleness_max=1.0, batch_steps=8.0, loss=0.25))
+    tracker.log(EvalRecord(step=5, env_id="TicTacToe-v0", model="ckpt-5", opponent="greedy", games=10, win_rate=0.5,
+                           draw_rate=0.25, loss_rate=0.25, invalid_rate=0.125, format_rate=1.0))
     tracker.close()
+    lines = capsys.readouterr().err.splitlines()
+    assert "games 12" in lines[0] and "buffer 3/8" in lines[0] and "failures: 1 (ValueError 1)" in lines[0]
+    assert "step 5" in lines[1] and "loss 0.25" in lines[1] and "staleness 0.50 (max 1)" in lines[1]
+    assert lines[2] == "eval step 5 TicTacToe-v0 ckpt-5 vs greedy: win 0.50 draw 0.25 loss 0.25 invalid 0.12 (10 games)"
 
 
 def test_malformed_component_value_fails_the_game_naming_the_field():

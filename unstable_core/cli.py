@@ -34,8 +34,15 @@ def _print_json(data: Any) -> None:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="unstable")
-def cli() -> None:
+@click.option("-v", "--verbose", is_flag=True, help="Show third-party output too (transformers' progress bars and warnings).")
+def cli(verbose: bool) -> None:
     """unstable: online RL of language models by self-play on text games."""
+    if verbose:
+        import os
+
+        from .progress import VERBOSE_ENV
+
+        os.environ[VERBOSE_ENV] = "1"  # children (role workers) inherit it
 
 
 # -- run ----------------------------------------------------------------------------------------
@@ -71,11 +78,20 @@ def run(config: str | None, overrides: tuple[str, ...], run_dir: str | None, res
 
 
 def _print_results(records: list[Any]) -> None:
+    """The last evaluation: a table on a terminal, else whole lines (nothing cut or wrapped)."""
     from rich.table import Table
 
     if not records:
         return
     last = max(r.step for r in records)
+    console = _console()
+    if not console.is_terminal:
+        from .dashboard.lines import eval_line
+
+        for r in records:
+            if r.step == last:
+                click.echo(eval_line(r.model_dump()))
+        return
     t = Table(title=f"evaluation (step {last})")
     for col in ("env", "model", "opponent", "games", "win", "draw", "loss", "invalid"):
         t.add_column(col)
@@ -83,7 +99,7 @@ def _print_results(records: list[Any]) -> None:
         if r.step == last:
             t.add_row(r.env_id, r.model, r.opponent, str(r.games),
                       *(f"{v:.2f}" for v in (r.win_rate, r.draw_rate, r.loss_rate, r.invalid_rate)))
-    _console().print(t)
+    console.print(t)
 
 
 # -- plugins --------------------------------------------------------------------------------------
@@ -241,6 +257,25 @@ def plot(run_dir: str, out: str | None) -> None:
 
     path = plot_run(run_dir, out)
     click.echo(f"plot written to {path}")
+
+
+# -- watch ----------------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("run_dir", type=click.Path(file_okay=False))
+@click.option("--refresh", "refresh_s", type=click.FloatRange(min=0.05), default=1.0, show_default=True,
+              help="Seconds between reads of the run directory.")
+@click.option("--once", is_flag=True, help="Show the dashboard as it stands and exit.")
+@click.option("--plain", is_flag=True, help="Plain lines even on a terminal.")
+def watch(run_dir: str, refresh_s: float, once: bool, plain: bool) -> None:
+    """Follow a run in progress elsewhere (another terminal, a cluster's driver) from its run
+    directory: the console tracker's dashboard, refreshed until the run ends."""
+    from .dashboard.watch import watch as follow
+
+    status = follow(run_dir, refresh_s=refresh_s, once=once, live=False if plain else None)
+    if status == "failed":
+        sys.exit(1)
 
 
 # -- envs -----------------------------------------------------------------------------------------

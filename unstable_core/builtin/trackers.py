@@ -1,4 +1,4 @@
-"""Trackers `jsonl` (run_dir/metrics.jsonl) and `console` (a rich live view).
+"""Trackers `jsonl` (run_dir/metrics.jsonl) and `console` (the live dashboard).
 
 Each receives the typed records of ``unstable_core.records``: ``train`` (one per learner
 update), ``eval`` (one per evaluation (step, env, model, opponent)), ``eval_skipped``,
@@ -10,7 +10,6 @@ true (``jsonl`` with ``games = true``).
 from __future__ import annotations
 
 import os
-import sys
 import time
 from typing import Any
 
@@ -80,85 +79,31 @@ class ConsoleOptions(BaseModel):
 
     refresh_s: float = Field(0.5, gt=0, description="Seconds between redraws of the live view.")
     live: bool | None = Field(None, description="Live view (True), plain lines (False), or live only on a terminal (None).")
+    every_s: float = Field(10.0, gt=0, description="Plain lines: seconds of run time between progress lines.")
 
 
 class ConsoleTracker:
-    """games/s, buffer fill, learner step and, per (mode, env): win/draw/loss and invalid-move
-    rates of the anchor seat (from the summary records), and the latest evaluation."""
+    """The live dashboard (``unstable_core.dashboard``) on stderr: progress with ETA, throughput,
+    learner figures, per-env collection stats, the latest evaluations, ratings, match heatmap and
+    failures. Not on a terminal: plain lines."""
+
+    wants_game_records = False
 
     def __init__(self, options: ConsoleOptions) -> None:
-        from rich.console import Console
+        from ..dashboard.present import Presenter
 
-        self.console = Console(stderr=True)
-        self.refresh_s = options.refresh_s
-        self.wants_game_records = False
-        self.live_enabled = self.console.is_terminal if options.live is None else options.live
-        self.last_draw = 0.0
-        self.games = 0
-        self.games_per_s = 0.0
-        self.failed = 0
-        self.step = 0
-        self.buffer = (0, 0)
-        self.envs: dict[str, dict[str, dict[str, float]]] = {}
-        self.last_eval: list[dict[str, Any]] = []
-        self.live = None
-        if self.live_enabled:
-            from rich.live import Live
-
-            self.live = Live(self._table(), console=self.console, auto_refresh=False, transient=False)
-            self.live.start()
+        self.presenter = Presenter(live=options.live, refresh_s=options.refresh_s, every_s=options.every_s)
 
     def log(self, record: Record) -> None:
-        kind = record.type
-        if kind == "summary":
-            self.games = record.games
-            self.games_per_s = record.games_per_s
-            self.failed = record.failed
-            self.buffer = (record.buffer_size, record.buffer_capacity)
-            self.envs = {mode: {env: t.model_dump() for env, t in per.items()} for mode, per in record.envs.items()}
-        elif kind == "train":
-            self.step = record.step
-        elif kind == "eval":
-            self.last_eval = [r for r in self.last_eval if r["step"] == record.step] + [record.model_dump()]
-            if not self.live_enabled:
-                self.console.print(
-                    f"eval step {record.step} {record.env_id} {record.model} vs {record.opponent}: "
-                    f"win {record.win_rate:.2f} draw {record.draw_rate:.2f} loss {record.loss_rate:.2f} "
-                    f"invalid {record.invalid_rate:.2f} ({record.games} games)", soft_wrap=True
-                )
-        now = time.monotonic()
-        if self.live is not None and now - self.last_draw >= self.refresh_s:
-            self.last_draw = now
-            self.live.update(self._table(), refresh=True)
-
-    def _table(self) -> Any:
-        from rich.table import Table
-
-        t = Table(title=f"unstable | {self.games} games ({self.games_per_s:.1f}/s) | failed {self.failed} | "
-                  f"step {self.step} | buffer {self.buffer[0]}/{self.buffer[1]}")
-        for col in ("env", "games", "win", "draw", "loss", "invalid"):
-            t.add_column(col, justify="right" if col != "env" else "left")
-        for mode, per_env in sorted(self.envs.items()):
-            for env_id, r in sorted(per_env.items()):
-                t.add_row(f"{mode} {env_id}", str(int(r["games"])),
-                          *(f"{r[k]:.2f}" for k in ("win_rate", "draw_rate", "loss_rate", "invalid_rate")))
-        for r in self.last_eval:
-            t.add_row(f"eval@{r['step']} {r['env_id']} {r['model']} vs {r['opponent']}", str(r["games"]),
-                      *(f"{r[k]:.2f}" for k in ("win_rate", "draw_rate", "loss_rate", "invalid_rate")))
-        return t
+        self.presenter.add(record.model_dump(mode="json"))
 
     def close(self) -> None:
-        if self.live is not None:
-            self.live.update(self._table(), refresh=True)
-            self.live.stop()
-            self.live = None
-        elif self.games:
-            print(f"unstable: {self.games} games, {self.failed} failed, {self.step} learner steps", file=sys.stderr)
+        self.presenter.close()
 
 
 @hookimpl
 def unstable_trackers() -> list[TrackerSpec]:
     return [
         TrackerSpec(name="jsonl", summary="Append records to run_dir/metrics.jsonl", config=JsonlOptions, factory=lambda o, ctx: JsonlTracker(o, ctx.run_dir)),
-        TrackerSpec(name="console", summary="Rich live view: games/s, buffer, win/draw/loss, invalid moves", config=ConsoleOptions, factory=lambda o, ctx: ConsoleTracker(o)),
+        TrackerSpec(name="console", summary="Live dashboard: progress, throughput, evaluations, ratings, matches", config=ConsoleOptions, factory=lambda o, ctx: ConsoleTracker(o)),
     ]

@@ -1,0 +1,215 @@
+"""The dashboard: the console tracker and `unstable watch` draw the same state from the metrics
+records. Rendered from the records of a real run (tests/data: 12 learner steps of kuhn-tiny with
+the trueskill rater, summaries thinned) at 80 and 120 columns, as plain lines, and followed live."""
+
+import io
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from unstable_core.dashboard.lines import progress_line
+from unstable_core.dashboard.present import Presenter
+from unstable_core.dashboard.state import DashboardState
+from unstable_core.dashboard.view import render_text
+from unstable_core.dashboard.watch import MetricsFollower
+from unstable_core.progress import set_sink, task
+
+RECORDED = Path(__file__).parent / "data" / "kuhn-tiny-metrics.jsonl"
+
+
+def recorded():
+    return [json.loads(line) for line in RECORDED.read_text().splitlines()]
+
+
+def folded(records):
+    state = DashboardState()
+    for r in records:
+        state.add(r)
+    return state
+
+
+def row_of(text, *words):
+    rows = [line for line in text.splitlines() if all(w in line.split() for w in words)]
+    assert len(rows) == 1, (words, rows)
+    return rows[0].split()
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_recorded_run_renders_what_it_holds_within_the_width(width):
+    records = recorded()
+    text = render_text(folded(records), width)
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= width
+    assert lines[0].startswith("unstable · kuhn-tiny · completed")
+    assert "step 12/12 100%" in text and "games 552" in text
+
+    # collection: the last summary's per-env totals, anchor seat
+    train = [r for r in records if r["type"] == "summary"][-1]["envs"]["train"]["KuhnPoker-v0-train"]
+    assert row_of(text, "train", "KuhnPoker-v0-train")[2:] == [
+        f"{train['games']:,}", *(f"{train[k]:.2f}" for k in ("win_rate", "draw_rate", "loss_rate", "invalid_rate", "format_rate")),
+        f"{train['mean_turns']:.1f}"]
+
+    # evaluations: one row per (env, model, opponent), the model shown
+    for r in (r for r in records if r["type"] == "eval"):
+        cells = row_of(text, r["model"], r["opponent"], str(r["step"]))
+        assert cells[-4:] == [f"{r[k]:.2f}" for k in ("win_rate", "draw_rate", "loss_rate", "invalid_rate")]
+
+    # ratings: best mu first, each with mu ± sigma and a bar that shrinks down the board
+    ratings = [r for r in records if r["type"] == "ratings"][-1]
+    order = sorted(ratings["ratings"], key=lambda uid: -ratings["ratings"][uid]["mu"])
+    board = [line for line in lines if "±" in line]
+    assert [line.split()[1] for line in board] == order[: len(board)] and len(board) == min(10, len(order))
+    best = ratings["ratings"][order[0]]
+    assert f"{best['mu']:.1f} ± {best['sigma']:.1f}" in board[0]
+    bars = [line.count("█") for line in board]
+    assert bars == sorted(bars, reverse=True) and bars[0] > bars[-1]
+
+    # the heatmap: games between the top models, both ways round
+    pairs = {(p["a"], p["b"]): p["games"] for p in ratings["pairs"]}
+    top = order[: 8 if width >= 120 else 6]
+    heat = {}  # uid -> its row of counts (at 120 columns the row follows a ratings row on the same line)
+    for line in lines:
+        cells = (line.rsplit("█", 1)[-1] if "±" in line else line).split()
+        if len(cells) == 2 + len(top) and cells[:2] == [str(top.index(cells[1]) + 1) if cells[1] in top else "", cells[1]]:
+            heat[cells[1]] = cells[2:]
+    assert list(heat) == top
+    for i, x in enumerate(top):
+        for j, y in enumerate(top):
+            expected = "·" if x == y else str(pairs.get((x, y), pairs.get((y, x), 0)))
+            assert heat[x][j] == expected, (x, y)
+
+
+def test_wide_terminal_puts_ratings_beside_the_heatmap():
+    text = render_text(folded(recorded()), 120)
+    assert any("±" in line and "·" in line.split("±")[1] for line in text.splitlines())
+    assert not any("±" in line and line.count("·") for line in render_text(folded(recorded()), 80).splitlines())
+
+
+def test_rates_eta_and_leaderboard_from_hand_made_records():
+    state = folded([
+        {"type": "start", "name": "x", "mode": "train", "total": 10, "run_dir": "r"},
+        {"type": "summary", "time": 0.0, "games": 0, "games_per_s": 0.0, "failed": 0, "generated_tokens": 0},
+        {"type": "train", "step": 1, "time": 10.0, "train_tokens": 100, "update_s": 0.5, "staleness_mean": 0.0},
+        {"type": "summary", "step": 1, "time": 10.0, "games": 50, "games_per_s": 5.0, "failed": 2,
+         "failures": {"TimeoutError": 2}, "generated_tokens": 1000},
+        {"type": "train", "step": 3, "time": 30.0, "train_tokens": 300, "update_s": 0.5, "staleness_mean": 0.0},
+        {"type": "ratings", "step": 3, "time": 30.0, "games": 50, "ratings": {"a": {"score": 0.25}, "b": {"score": 0.75}},
+         "pairs": [{"a": "a", "b": "b", "games": 7}]},
+    ])
+    assert state.games_per_s() == pytest.approx(5.0) and state.generation_tokens_per_s() == pytest.approx(100.0)
+    assert state.learner_tokens_per_s() == pytest.approx(400.0)  # 400 tokens in 1 s of updates
+    assert state.eta_s() == pytest.approx((30 - 10) / (3 - 1) * (10 - 3))
+    assert state.leaderboard(5) == [("b", 0.75, None), ("a", 0.25, None)]
+    assert state.matches(["a", "b"]) == {("a", "b"): 7, ("b", "a"): 7}
+    line = progress_line(state)
+    assert "step 3/10 30%" in line and "eta 1:10" in line and "failures: 2 (TimeoutError 2)" in line
+
+
+def test_plain_lines_are_whole_one_per_evaluation_and_a_last_line():
+    out = io.StringIO()
+    presenter = Presenter(live=False, every_s=10.0, file=out)
+    records = recorded()
+    for r in records:
+        presenter.add(r)
+    presenter.close()
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "[kuhn-tiny] started: 12 steps in runs/kuhn-tiny"
+    evals = [r for r in records if r["type"] == "eval"]
+    assert [line for line in lines if line.startswith("eval step")] == [
+        f"eval step {r['step']} {r['env_id']} {r['model']} vs {r['opponent']}: win {r['win_rate']:.2f} draw "
+        f"{r['draw_rate']:.2f} loss {r['loss_rate']:.2f} invalid {r['invalid_rate']:.2f} ({r['games']} games)" for r in evals]
+    progress = [line for line in lines if " step " in line and line.startswith("[kuhn-tiny] step")]
+    assert len(progress) >= 3  # every 10 s of run time (the run took 112 s; summaries are thinned)
+    assert lines[-1] == "[kuhn-tiny] completed: 552 games, 12 learner steps, 0 failed"
+
+
+def test_follower_reads_whole_lines_and_starts_over_when_the_log_is_cut_back(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    follower = MetricsFollower(path)
+    assert follower.read() == ([], False)  # not there yet
+    path.write_text('{"type": "a"}\n{"type": "b"')  # the second line is still being written
+    assert follower.read() == ([{"type": "a"}], False)
+    with open(path, "a") as fh:
+        fh.write('}\n')
+    assert follower.read() == ([{"type": "b"}], False)
+    path.write_text('{"type": "c"}\n')  # a resumed run cut the log back to its snapshot
+    assert follower.read() == ([{"type": "c"}], True)
+
+
+def _line_reader(stream):
+    """Lines of ``stream`` through a queue, so that waiting for one has a time limit."""
+    lines = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in stream], daemon=True).start()
+    return lambda: lines.get(timeout=60)
+
+
+def test_watch_follows_a_run_until_its_end_record(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    records = recorded()
+    log = run_dir / "metrics.jsonl"
+    log.write_text(json.dumps(records[0]) + "\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "unstable_core.cli", "watch", str(run_dir), "--plain", "--refresh", "0.05"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        env={**os.environ, "COLUMNS": "80"},
+    )
+    try:
+        readline = _line_reader(proc.stdout)
+        assert readline().startswith("[kuhn-tiny] started: 12 steps")
+        with open(log, "a") as fh:
+            fh.writelines(json.dumps(r) + "\n" for r in records[1:-1])
+        for _ in range(len(records)):  # progress lines come first
+            if (line := readline()).startswith("eval step"):
+                break
+        assert line.startswith("eval step 0 KuhnPoker-v0-train base vs random-valid")
+        assert proc.poll() is None, "the run has not ended: watch goes on"
+        with open(log, "a") as fh:
+            fh.write(json.dumps(records[-1]) + "\n")
+        assert proc.wait(timeout=60) == 0
+        out = [readline().rstrip("\n")]
+        while not out[-1].startswith("[kuhn-tiny] completed"):
+            out.append(readline().rstrip("\n"))
+        assert out[-1] == "[kuhn-tiny] completed: 552 games, 12 learner steps, 0 failed"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_watch_once_prints_the_frame_and_bad_run_dirs_are_one_line(tmp_path, cli):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "metrics.jsonl").write_text(RECORDED.read_text())
+    r = cli("watch", str(run_dir), "--once", env={**os.environ, "COLUMNS": "80"})
+    assert r.returncode == 0 and r.stdout.splitlines()[0].startswith("unstable · kuhn-tiny · completed")
+    assert "latest evaluations" in r.stdout and "matches (top models)" in r.stdout
+    for bad, says in ((tmp_path / "nope", "no such run directory"), (tmp_path, "holds no run")):
+        r = cli("watch", str(bad))
+        assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and says in r.stderr and "Traceback" not in r.stderr
+
+
+def test_progress_lines_without_a_dashboard_and_into_a_live_one(capsys):
+    with task("warm start", total=3) as t:
+        for _ in range(3):
+            t.advance()
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "unstable: warm start ..." and err[-1].startswith("unstable: warm start: done in ")
+
+    presenter = Presenter(live=True, file=io.StringIO())  # registers itself as the sink
+    try:
+        seen = []
+        with task("loading tiny-abc", total=2) as t:
+            t.advance()
+            seen.append(presenter.state.setup)
+            assert "loading tiny-abc 1/2" in render_text(presenter.state, 80).splitlines()[0]
+        assert seen == [("loading tiny-abc", 1, 2)] and presenter.state.setup is None
+    finally:
+        presenter.close()
+    assert set_sink(None) is None  # closing gave the sink back

@@ -1,0 +1,77 @@
+"""Shows a ``DashboardState`` as records come: a live rich view on a terminal, else plain lines
+(an evaluation line per evaluation, a progress line every ``every_s`` seconds of run time, and
+a last line when the run ends)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any, TextIO
+
+from ..progress import set_sink
+from .lines import end_line, eval_line, progress_line
+from .state import DashboardState
+from .view import render
+
+
+class Presenter:
+    def __init__(self, *, live: bool | None = None, refresh_s: float = 0.5, every_s: float = 10.0,
+                 file: TextIO | None = None) -> None:
+        from rich.console import Console
+
+        self.file = file if file is not None else sys.stderr
+        self.console = Console(file=self.file)
+        self.live_enabled = self.console.is_terminal if live is None else live
+        self.state = DashboardState()
+        self.refresh_s, self.every_s = refresh_s, every_s
+        self.last_draw = 0.0
+        self.last_line: float | None = None  # run time of the last progress line
+        self.live: Any = None
+        self.previous_sink: Any = None
+        if self.live_enabled:
+            from rich.live import Live
+
+            self.live = Live(console=self.console, auto_refresh=False, transient=False,
+                             get_renderable=lambda: render(self.state, self.console.width))
+            self.live.start()
+            self.previous_sink = set_sink(self.on_progress)  # set-up work shows in the header
+
+    def on_progress(self, description: str, done: int, total: int | None, finished: bool) -> None:
+        """Set-up work (``unstable_core.progress``), from any thread."""
+        self.state.setup = None if finished else (description, done, total)
+        self.refresh(force=finished or done == 0)
+
+    def add(self, record: Mapping[str, Any]) -> None:
+        self.state.add(record)
+        if self.live is not None:
+            self.refresh()
+            return
+        kind = record.get("type")
+        if kind == "eval":
+            self.write(eval_line(record))
+        elif kind == "start":
+            resumed = " (resumed)" if record.get("resumed") else ""
+            self.write(f"[{self.state.name}] started{resumed}: {self.state.total} {self.state.unit}s in {record.get('run_dir')}")
+        elif kind == "end":
+            self.write(end_line(self.state))
+        elif kind in ("summary", "train") and (self.last_line is None or self.state.time - self.last_line >= self.every_s):
+            if self.state.games or self.state.step:
+                self.last_line = self.state.time
+                self.write(progress_line(self.state))
+
+    def refresh(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if self.live is not None and (force or now - self.last_draw >= self.refresh_s):
+            self.last_draw = now
+            self.live.refresh()
+
+    def write(self, line: str) -> None:
+        print(line, file=self.file, flush=True)
+
+    def close(self) -> None:
+        if self.live is not None:
+            set_sink(self.previous_sink)
+            self.live.refresh()
+            self.live.stop()
+            self.live = None

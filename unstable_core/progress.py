@@ -1,0 +1,88 @@
+"""Progress of long set-up work (building a model, training a tokenizer, a warm start, loading
+weights), for plugins to report::
+
+    from unstable_core.progress import task
+
+    with task("warm start", total=150) as t:
+        for step in range(150):
+            ...
+            t.advance()
+
+Where it shows: in the ``console`` tracker's live dashboard when one is up (it registers itself
+with ``set_sink``), else as plain lines on stderr: one when the work starts, one every
+``EVERY_S`` seconds while it goes on, and one with its duration when it ends. Thread-safe: roles
+are built in a worker thread.
+
+``verbose()`` says whether third-party output (transformers' progress bars, deprecation
+warnings) should be shown: ``unstable --verbose`` sets ``UNSTABLE_VERBOSE=1``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+EVERY_S = 5.0
+VERBOSE_ENV = "UNSTABLE_VERBOSE"
+
+#: (description, done, total or None, finished) -> None; set by a live dashboard
+Sink = Callable[[str, int, "int | None", bool], None]
+_sink: Sink | None = None
+_lock = threading.Lock()
+
+
+def verbose() -> bool:
+    """Whether third-party noise should be shown (``unstable --verbose``)."""
+    return os.environ.get(VERBOSE_ENV, "") not in ("", "0")
+
+
+def set_sink(sink: Sink | None) -> Sink | None:
+    """Send progress to ``sink`` instead of plain lines; returns the previous sink."""
+    global _sink
+    with _lock:
+        previous, _sink = _sink, sink
+    return previous
+
+
+class Task:
+    def __init__(self, description: str, total: int | None) -> None:
+        self.description, self.total = description, total
+        self.done = 0
+        self.began = self.last_line = time.monotonic()
+
+    def _emit(self, finished: bool) -> None:
+        with _lock:
+            sink = _sink
+        if sink is not None:
+            sink(self.description, self.done, self.total, finished)
+            return
+        now = time.monotonic()
+        if finished:
+            line = f"{self.description}: done in {now - self.began:.1f} s"
+        elif self.done == 0:
+            line = f"{self.description} ..."
+        elif now - self.last_line >= EVERY_S:
+            line = f"{self.description}: {self.done}/{self.total}" if self.total else f"{self.description}: {self.done}"
+        else:
+            return
+        self.last_line = now
+        print(f"unstable: {line}", file=sys.stderr, flush=True)
+
+    def advance(self, n: int = 1) -> None:
+        self.done += n
+        self._emit(False)
+
+
+@contextmanager
+def task(description: str, total: int | None = None) -> Iterator[Task]:
+    """Report the progress of one piece of set-up work (see the module's docstring)."""
+    t = Task(description, total)
+    t._emit(False)
+    try:
+        yield t
+    finally:
+        t._emit(True)
