@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from unstable_core.progress import task, verbose
+
 from .options import LoraOptions, ModelLoadOptions
 
 
@@ -40,8 +42,25 @@ def resolve_model_path(name: str, options: ModelLoadOptions | None = None) -> st
     return name
 
 
+def quiet_third_party() -> None:
+    """Silence transformers' progress bars ("Loading weights", "Writing model shards"), its
+    info logging and the deprecation warning peft triggers (``is_gradient_checkpointing``),
+    unless ``unstable --verbose``."""
+    if verbose():
+        return
+    import warnings
+
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+    warnings.filterwarnings("ignore", message=r".*is_gradient_checkpointing.*", category=FutureWarning)
+
+
 def load_tokenizer(path: str, options: ModelLoadOptions) -> Any:
     from transformers import AutoTokenizer
+
+    quiet_third_party()
 
     tok = AutoTokenizer.from_pretrained(path, trust_remote_code=options.trust_remote_code)
     if tok.pad_token_id is None:
@@ -52,10 +71,12 @@ def load_tokenizer(path: str, options: ModelLoadOptions) -> Any:
 def load_causal_lm(path: str, options: ModelLoadOptions) -> Any:
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(
-        path, dtype=torch_dtype(options.dtype), trust_remote_code=options.trust_remote_code
-    )
-    return model.to(resolve_device(options.device))
+    quiet_third_party()
+    with task(f"loading {path}"):
+        model = AutoModelForCausalLM.from_pretrained(
+            path, dtype=torch_dtype(options.dtype), trust_remote_code=options.trust_remote_code
+        )
+        return model.to(resolve_device(options.device))
 
 
 def lora_config(options: LoraOptions) -> Any:

@@ -28,6 +28,9 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from pydantic import BaseModel, ConfigDict, Field
+from unstable_core.progress import task
+
+from .loading import quiet_third_party
 
 #: bumped whenever the build gives another model for the same spec (cached models are rebuilt)
 BUILD_VERSION = 2
@@ -171,36 +174,49 @@ def supervised_warm_start(model: Any, tokenizer: Any, pairs: list[tuple[str, str
     opt = torch.optim.AdamW(model.parameters(), lr=spec.sft_lr, weight_decay=0.0)
     model.train()
     losses = []
-    for step in range(spec.sft_steps):
-        idx = torch.randint(len(encoded), (spec.sft_batch,), generator=gen).tolist()
-        batch = [encoded[i] for i in idx]
-        width = max(len(p) + len(c) for p, c in batch)
-        ids = torch.full((len(batch), width), tokenizer.pad_token_id, dtype=torch.long)
-        labels = torch.full((len(batch), width), -100, dtype=torch.long)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, (p, c) in enumerate(batch):
-            seq = p + c
-            ids[row, : len(seq)] = torch.tensor(seq)
-            labels[row, len(p) : len(seq)] = torch.tensor(c)
-            mask[row, : len(seq)] = 1
-        out = model(input_ids=ids, attention_mask=mask, labels=labels)
-        opt.zero_grad()
-        out.loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        losses.append(out.loss.item())
-        if log is not None and (step + 1) % 25 == 0:
-            log(f"warm start step {step + 1}/{spec.sft_steps}: loss {sum(losses[-25:]) / 25:.3f}")
+    with task("warm start", total=spec.sft_steps) as progress:
+        for step in range(spec.sft_steps):
+            losses.append(_warm_start_step(model, tokenizer, encoded, spec, gen, opt))
+            progress.advance()
+            if log is not None and (step + 1) % 25 == 0:
+                log(f"warm start step {step + 1}/{spec.sft_steps}: loss {sum(losses[-25:]) / 25:.3f}")
     model.eval()
     return losses
+
+
+def _warm_start_step(model: Any, tokenizer: Any, encoded: list[tuple[list[int], list[int]]], spec: TinySpec,
+                     gen: Any, opt: Any) -> float:
+    import torch
+
+    """One AdamW step on a random batch (loss on completion tokens and EOS only)."""
+    idx = torch.randint(len(encoded), (spec.sft_batch,), generator=gen).tolist()
+    batch = [encoded[i] for i in idx]
+    width = max(len(p) + len(c) for p, c in batch)
+    ids = torch.full((len(batch), width), tokenizer.pad_token_id, dtype=torch.long)
+    labels = torch.full((len(batch), width), -100, dtype=torch.long)
+    mask = torch.zeros((len(batch), width), dtype=torch.long)
+    for row, (p, c) in enumerate(batch):
+        seq = p + c
+        ids[row, : len(seq)] = torch.tensor(seq)
+        labels[row, len(p) : len(seq)] = torch.tensor(c)
+        mask[row, : len(seq)] = 1
+    out = model(input_ids=ids, attention_mask=mask, labels=labels)
+    opt.zero_grad()
+    out.loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return float(out.loss.item())
 
 
 def build_tiny(spec: TinySpec, path: str | os.PathLike[str], log: Any = None) -> Path:
     """Build the tokenizer and model (and the warm start) and save them to `path`."""
     path = Path(path)
-    corpus = _scripted_games(spec, spec.corpus_games, spec.seed)
+    quiet_third_party()
+    with task(f"playing {spec.corpus_games} scripted games for the tiny model's corpus"):
+        corpus = _scripted_games(spec, spec.corpus_games, spec.seed)
     texts = [p for p, _ in corpus] + [c for _, c in corpus]
-    tokenizer = train_tokenizer(texts, spec.vocab_size)
+    with task("training the tiny model's tokenizer"):
+        tokenizer = train_tokenizer(texts, spec.vocab_size)
     model = build_model(spec, tokenizer)
     losses: list[float] = []
     if spec.sft_steps:
@@ -223,7 +239,8 @@ def ensure_tiny(spec: TinySpec, root: Path, log: Any = None) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".tiny-build-", dir=root))
     try:
-        build_tiny(spec, tmp, log)
+        with task(f"building tiny model {final.name} (once; cached in {root})"):
+            build_tiny(spec, tmp, log)
         try:
             os.replace(tmp, final)
         except OSError:  # another process finished first
