@@ -1,0 +1,139 @@
+"""The wandb tracker in offline mode: the offline run's own file is read back and must hold what
+the run logged (metrics.jsonl is the independent record of the same run)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+import unstable_core
+from unstable_core import hookimpl
+from unstable_core.testing import TrackerContract, toy_config, toy_plugin
+
+import unstable_wandb.plugin
+from unstable_wandb.offline import read_offline_runs
+from unstable_wandb.tracker import RUN_ID_FILE
+
+WANDB = ("wandb", unstable_wandb.plugin)
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch, tmp_path):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))  # nothing of the user's
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+
+
+class TestWandbContract(TrackerContract):
+    plugin = unstable_wandb.plugin
+    name = "wandb"
+    options = {"mode": "offline"}
+
+
+def lines(path):
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def wandb_config(**options):
+    return {"name": "wandb", "mode": "offline", "project": "unstable-test", "group": "g", "tags": ["a", "b"], **options}
+
+
+def test_offline_run_holds_the_logged_history(make_plugin_system, tmp_path):
+    run_dir = tmp_path / "run"
+    cfg = toy_config(trackers=[{"name": "jsonl"}, wandb_config(table_every_s=0.001)],
+                     collection={"num_train_games": 8, "num_eval_games": 8, "eval_games": 16, "transcripts": 0.5},
+                     training={"learning_steps": 6, "batch_size": 16, "eval_every": 3})
+    result = unstable_core.run(cfg, run_dir=run_dir, plugins=make_plugin_system(toy_plugin, WANDB))
+    assert result.status == "completed"
+    (run,) = read_offline_runs(run_dir)
+    records = lines(run_dir / "metrics.jsonl")
+
+    assert run.run_id == json.loads((run_dir / RUN_ID_FILE).read_text())["id"] and run.project == "unstable-test"
+    assert run.exit_code == 0
+    assert run.config["name"] == "toy" and run.config["training"]["learning_steps"] == 6
+    assert run.config["plugins"] == {p["name"]: p["version"] for p in records[0]["plugins"]} and "wandb" in run.config["plugins"]
+    assert [h["_step"] for h in run.history] == list(range(len(run.history)))  # W&B's own step never goes back
+
+    # train records on the learner-step axis, values as logged
+    trains = [r for r in records if r["type"] == "train"]
+    assert [(row["learner_step"], v) for row, v in run.series("train/p_best")] == [(r["step"], r["p_best"]) for r in trains]
+    assert [v for _, v in run.series("train/staleness_mean")] == [r["staleness_mean"] for r in trains]
+
+    # eval per (env, model, opponent): in a training run the model is the policy at that step
+    evals = [r for r in records if r["type"] == "eval"]
+    logged = run.series("eval/PickBest-v0/policy/random-valid/win_rate")
+    assert [(row["learner_step"], v) for row, v in logged] == [(r["step"], r["win_rate"]) for r in evals]
+    assert [r["step"] for r in evals] == [0, 3, 6]
+
+    # collection and ratings on the games axis, which never decreases
+    games = [row["games"] for row, _ in run.series("collection/games_per_s")]
+    assert games == sorted(games) and games[-1] == records[-1]["games"]
+    assert run.series("collection/train/PickBest-v0/win_rate") and run.series("ratings/random-valid/score")
+
+    # the transcripts table grows by increments: every turn of every sampled game, once
+    increments = [row for row in run.history if row.get("transcripts/_type") == "incremental-table-file"]
+    assert len(increments) >= 2
+    transcripts = lines(run_dir / "games" / "train.jsonl") + lines(run_dir / "games" / "eval.jsonl")
+    rows = []
+    for inc in increments:
+        table = json.loads((run.path.parent / "files" / inc["transcripts/path"]).read_text())
+        assert table["columns"] == ["step", "env", "seed", "player", "prompt", "completion", "action", "reward"]
+        rows += table["data"]
+    assert sorted((r[2], r[3], r[6]) for r in rows) == sorted(
+        (g["seed"], t["player_id"], t["action"]) for g in transcripts for t in g["turns"])
+
+
+def test_learner_tokens_per_s_and_the_table_cap(make_plugin_system, tmp_path):
+    from unstable_core import build_component
+    from unstable_core.records import EndRecord, TrainRecord, TranscriptRecord, TranscriptTurn
+
+    tracker = build_component("tracker", "wandb", {"mode": "offline", "max_table_rows": 3}, plugins=make_plugin_system(WANDB),
+                              run_dir=str(tmp_path))
+    tracker.log(TrainRecord(step=1, staleness_mean=0.0, staleness_max=0.0, batch_steps=4.0, train_tokens=300.0, update_s=1.5))
+    turn = TranscriptTurn(player_id=0, observation="obs", completion="\\boxed{[A]}", action="[A]", format_ok=True, invalid=False)
+    for seed in range(3):  # 2 turns each: the cap of 3 rows stops adding after the second game
+        tracker.log(TranscriptRecord(game_idx=seed, mode="train", env_id="E", seed=seed, rewards={0: 1.0, 1: -1.0}, outcome="win",
+                                     seats=[], turns=[turn, turn.model_copy(update={"player_id": 1})]))
+    tracker.log(EndRecord(status="interrupted"))
+    tracker.close()
+    (run,) = read_offline_runs(tmp_path)
+    assert [v for _, v in run.series("train/learner_tokens_per_s")] == [200.0]
+    assert run.exit_code == 130
+    (table,) = [row for row in run.history if "transcripts/path" in row]
+    data = json.loads((run.path.parent / "files" / table["transcripts/path"]).read_text())["data"]
+    assert [(r[2], r[3], r[7]) for r in data] == [(0, 0, 1.0), (0, 1, -1.0), (1, 0, 1.0), (1, 1, -1.0)]
+
+
+def test_a_failed_run_finishes_its_wandb_run_with_a_failure(make_plugin_system, tmp_path):
+    class Breaks:
+        @hookimpl
+        def unstable_batch_end(self, ctx):
+            raise RuntimeError("broken on purpose")
+
+    cfg = toy_config(trackers=[wandb_config()], training={"learning_steps": 4, "batch_size": 16, "eval_every": 0})
+    job = unstable_core.build(cfg, run_dir=tmp_path / "run", plugins=make_plugin_system(toy_plugin, WANDB, ("breaks", Breaks())))
+    with pytest.raises(unstable_core.ComponentError, match="broken on purpose"):
+        job.start()
+    (run,) = read_offline_runs(tmp_path / "run")
+    assert run.exit_code == 1
+
+
+def test_a_resumed_run_goes_on_in_the_same_wandb_run(make_plugin_system, tmp_path):
+    system = make_plugin_system(toy_plugin, WANDB)
+    cfg = toy_config(trackers=[wandb_config()], collection={"mode": "sync", "num_train_games": 8, "num_eval_games": 8, "eval_games": 16},
+                     training={"learning_steps": 2, "batch_size": 16, "eval_every": 0, "save_every": 1})
+    assert unstable_core.run(cfg, run_dir=tmp_path / "run", plugins=system).status == "completed"
+    resumed = unstable_core.run(None, run_dir=tmp_path / "run", plugins=system, resume=True,
+                                overrides=["training.learning_steps=4"])
+    assert resumed.status == "completed" and resumed.learner_steps == 4
+    first, second = read_offline_runs(tmp_path / "run")
+    assert first.run_id == second.run_id
+    assert [row["learner_step"] for row, _ in first.series("train/p_best")] == [1, 2]
+    assert [row["learner_step"] for row, _ in second.series("train/p_best")] == [3, 4]
+
+
+def test_bad_options_are_one_config_error(make_plugin_system, tmp_path):
+    system = make_plugin_system(toy_plugin, WANDB)
+    with pytest.raises(unstable_core.ConfigError, match=r"trackers\.0\.mode"):
+        unstable_core.build(toy_config(trackers=[{"name": "wandb", "mode": "sometimes"}]), run_dir=tmp_path / "r", plugins=system)
