@@ -12,10 +12,10 @@ import pytest
 
 import unstable_core
 from unstable_core.runtime.snapshots import KILL_IN_SNAPSHOT_ENV, read_latest
-from unstable_core.testing import kill_after, restored_state, start_run, toy_config, toy_plugin
+from unstable_core.testing import comparable_metrics, kill_after, restored_state, start_run, toy_config, toy_plugin
+from unstable_core.testing.resume import VARYING_FIELDS
 from unstable_core.testing import run_with_kills as harness_run_with_kills
 
-TIMING = {"time", "games_per_s", "duration_s", "update_s", "run_dir", "plugins"}  # and where, with what it ran
 
 
 def sync_config(steps: int = 20, **collection):
@@ -28,8 +28,9 @@ def sync_config(steps: int = 20, **collection):
 
 
 def outputs(run_dir, steps: int = 20):
-    records = [{k: v for k, v in json.loads(line).items() if k not in TIMING} for line in (run_dir / "metrics.jsonl").open()]
-    games = [{k: v for k, v in json.loads(line).items() if k not in TIMING} for line in (run_dir / "games" / "train.jsonl").open()]
+    """Metrics (without what a resume adds), transcripts and the last checkpoint's table."""
+    records = comparable_metrics(run_dir)
+    games = [{k: v for k, v in json.loads(line).items() if k not in VARYING_FIELDS} for line in (run_dir / "games" / "train.jsonl").open()]
     return records, games, (run_dir / "checkpoints" / f"ckpt-{steps}" / "table.json").read_text()
 
 
@@ -55,11 +56,6 @@ def reference(tmp_path_factory):
     return outputs(run_dir, KILL_STEPS)
 
 
-def without_resume_records(out):
-    records, games, table = out
-    return [r for r in records if r["type"] != "resume" and not (r["type"] == "start" and r["resumed"])], games, table
-
-
 @pytest.mark.parametrize("seed", range(4))
 def test_a_sync_run_killed_at_random_points_ends_as_the_uninterrupted_run(tmp_path, reference, seed):
     run_dir = tmp_path / "r"
@@ -67,7 +63,7 @@ def test_a_sync_run_killed_at_random_points_ends_as_the_uninterrupted_run(tmp_pa
     assert landed >= 4  # most kills land before the run ends (>= 20 kill points over this file)
     out = outputs(run_dir, KILL_STEPS)
     assert [r["step"] for r in out[0] if r["type"] == "train"] == list(range(1, KILL_STEPS + 1))  # each step once
-    assert without_resume_records(out) == reference
+    assert out == reference
 
 
 def test_a_kill_during_a_snapshot_write_leaves_the_previous_one_as_latest(tmp_path, reference):
@@ -89,7 +85,7 @@ def test_a_kill_during_a_snapshot_write_leaves_the_previous_one_as_latest(tmp_pa
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, err.decode()[-2000:]
-    assert without_resume_records(outputs(run_dir, KILL_STEPS)) == reference
+    assert outputs(run_dir, KILL_STEPS) == reference
     assert sorted(p.name for p in (run_dir / "state").iterdir()) == ["latest", "step-59", "step-60"]  # keep_snapshots = 2
 
 

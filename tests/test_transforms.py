@@ -80,3 +80,16 @@ def test_normalize_by_env_groups():
 def test_std_plus_eps_denominator():
     out = zscore([0.0, 2.0], eps=1.0)  # mean 1, std 1 -> (+-1) / 2
     assert out == [-0.5, 0.5]
+
+
+def test_a_seat_with_an_untrainable_turn_gives_the_buffer_nothing():
+    """A completion without token ids (a hosted API's) is marked ``trainable = False``: the
+    learner never trains on that seat's turns, while the other trained seats still count."""
+    from unstable_core.runtime.rewards import RewardPipelines
+    from unstable_core.testing import sample_result
+
+    result = sample_result(train_seats=[0, 1])
+    assert [e[0].player_id for e in RewardPipelines().episodes(result)] == [0, 1]
+    turn = result.trajectories[1].turns[0]
+    result.trajectories[1].turns[0] = turn.model_copy(update={"trainable": False, "completion_token_ids": []})
+    assert [e[0].player_id for e in RewardPipelines().episodes(result)] == [0]

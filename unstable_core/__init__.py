@@ -37,7 +37,7 @@ _LAZY = {
         "RunInterrupted",
     )},
     **{n: "plugins" for n in ("PluginSystem", "PluginRecord", "PluginRecipe", "load_plugins", "get_plugin_system")},
-    **{n: "config" for n in ("RunConfig", "load_config", "validate_config", "ComponentChoice")},
+    **{n: "config" for n in ("RunConfig", "load_config", "validate_config", "ComponentChoice", "SECRET_ERROR")},
     **{n: "records" for n in (
         "Record", "TrainRecord", "EvalRecord", "EvalSkippedRecord", "SummaryRecord", "RatingsRecord", "GameRecord", "EnvTotals",
         "ResumeRecord", "StartRecord", "EndRecord", "PairCount", "TranscriptRecord", "TranscriptTurn",

@@ -232,6 +232,10 @@ def _type_name(value: Any) -> str:
     )
 
 
+#: the error type of a validator that must not echo its input (``PydanticCustomError(SECRET_ERROR, msg)``)
+SECRET_ERROR = "unstable_secret"
+
+
 def format_validation_error(exc: ValidationError, source: str, prefix: str = "", model: type[BaseModel] | None = None) -> str:
     """One line per problem: ``source: key.path: what was expected (found ...)``."""
     lines = []
@@ -249,7 +253,8 @@ def format_validation_error(exc: ValidationError, source: str, prefix: str = "",
             continue
         where = f"{loc}: " if loc else ""
         found = err.get("input")
-        found_s = "" if err["type"] == "missing" else f" (found {found!r}, {_type_name(found)})"
+        # a value that may be a secret (an API key where its variable's name belongs) is never shown
+        found_s = "" if err["type"] in ("missing", SECRET_ERROR) else f" (found {found!r}, {_type_name(found)})"
         msg = err["msg"]
         lines.append(f"{source}: {where}{msg[:1].lower()}{msg[1:]}{found_s}")
     return "\n".join(lines)

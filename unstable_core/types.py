@@ -138,6 +138,7 @@ class Turn(Model):
     action: str = Field(description="The action extracted from the completion and sent to the environment.")
     format_ok: bool = Field(description="Whether the completion followed the template's answer format.")
     invalid: bool = Field(False, description="Whether the environment rejected the action as an invalid move.")
+    trainable: bool = Field(True, description="Whether a learner may train on this turn (its backend gave token ids).")
 
 
 class PlayerTrajectory(Model):
@@ -241,6 +242,8 @@ class Completion(Model):
     completion_token_ids: list[int] = Field(default_factory=list)
     logprobs: list[float] = Field(default_factory=list)
     policy_version: int = 0
+    trainable: bool = Field(True, description="False when the backend could not give the token ids a learner needs "
+                            "(a hosted API): a learner never trains on it.")
 
 
 # ---------------------------------------------------------------------------------------------

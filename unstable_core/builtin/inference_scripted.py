@@ -159,7 +159,7 @@ class ScriptedInference:
         # every field, each of its exact type: built without validation (the agents return str)
         return _trusted(Completion, {
             "text": text, "prompt_token_ids": [], "completion_token_ids": [], "logprobs": [],
-            "policy_version": request.model.version,
+            "policy_version": request.model.version, "trainable": True,
         })
 
     def load_checkpoint(self, checkpoint: Checkpoint) -> int:

@@ -56,7 +56,8 @@ class RewardPipelines:
 
     def episodes(self, result: GameResult) -> list[list[Step]]:
         """One list of steps per trained seat of a finished game, final and step transforms
-        applied; nothing for a failed game or one without trained seats."""
+        applied; nothing for a failed game, one without trained seats, or a seat with a turn a
+        learner cannot train on (``Turn.trainable`` false: its backend gave no token ids)."""
         if result.outcome == "failed" or not result.game.train_seats:
             return []
         env_id = result.game.env.env_id
@@ -64,6 +65,8 @@ class RewardPipelines:
         episodes = []
         for pid in result.game.train_seats:
             turns = result.trajectories[pid].turns
+            if not all(t.trainable for t in turns):
+                continue
             r = float(final.get(pid, 0.0))
             steps = [
                 self.step(Step(env_id=env_id, game_idx=result.game.game_idx, player_id=pid, turn_index=i,

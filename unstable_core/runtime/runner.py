@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..errors import describe_error
+from ..errors import RunFailed, describe_error
 from ..types import Completion, GameResult, GameSpec, GenerationRequest, PlayerTrajectory, Turn, _trusted
 from .envcalls import EnvCalls
 from .lockstep import Lockstep
@@ -165,6 +165,7 @@ class GameRunner:
                         "action": action,
                         "format_ok": format_ok,
                         "invalid": invalid,
+                        "trainable": completion.trainable,
                     }
                 )
                 turns += 1
@@ -175,6 +176,8 @@ class GameRunner:
                 env = None
                 rewards = {i: float(env_rewards.get(i, 0.0)) for i in range(n)}
                 infos = [_jsonable(info.get(i, {})) for i in range(n)]
+        except RunFailed:  # a component says the run cannot go on (an API that is down)
+            raise
         except Exception as exc:  # a failed game never stops the loop
             outcome, error, rewards = "failed", describe_error(exc), {}
         finally:

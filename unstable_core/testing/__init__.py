@@ -21,7 +21,8 @@ backend that serves its checkpoints); learners on the hf toolkit subclass
 
 State: ``check_state_round_trip(make, exercise)`` is the ``Stateful`` conformance check (each
 contract runs it on a Stateful component); ``run_with_kills`` SIGKILLs a run in a child process at
-random points and resumes it, ``restored_state`` restores a run's roles from its latest snapshot.
+random points and resumes it, ``restored_state`` restores a run's roles from its latest snapshot,
+``comparable_metrics`` reads a run's metrics as two runs of the same config must agree on them.
 
 Toy environments (``toy_plugin``): env provider ``toy`` with ``PickBest-v0``, a two-player game
 whose best action is known (``[C]``), plus a tabular softmax policy served by inference
@@ -50,7 +51,7 @@ from .contracts import (
 )
 from .executor import ExecutorContract
 from .learner import LearnerContract, make_steps
-from .resume import kill_after, restored_state, run_with_kills, start_run
+from .resume import comparable_metrics, kill_after, restored_state, run_with_kills, start_run
 from .toy import (
     TOY_ACTIONS,
     TOY_BEST,
@@ -92,7 +93,7 @@ def toy_run_config() -> Any:
 __all__ = [
     "PickBestGame", "ToyProvider", "TabularInference", "TabularLearner", "toy_plugin", "toy_config", "sample_result",
     "toy_probabilities", "load_table", "TOY_ACTIONS", "TOY_BEST", "TabularOptions", "check_state_round_trip",
-    "run_with_kills", "start_run", "make_steps", "kill_after", "restored_state",
+    "run_with_kills", "start_run", "make_steps", "kill_after", "restored_state", "comparable_metrics",
     "EnvSamplerContract", "ModelSamplerContract", "RaterContract", "RewardTransformContract", "BufferContract",
     "TemplateContract", "InferenceContract", "TrackerContract", "EnvProviderContract", "LearnerContract", "ExecutorContract",
 ]

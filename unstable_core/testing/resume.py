@@ -115,3 +115,21 @@ def restored_state(run_dir: str | Path, plugins: Any) -> tuple[int, dict[str, An
     keys = ("league", "buffer", "learner")
     expected = {k: saved[k] for k in keys} | {"driver": {k: saved["driver"][k] for k in ("step", "games_played")}}
     return step, _comparable(expected), _comparable(state)
+
+
+#: metrics fields that differ between two runs of the same config: timing, where and with what it ran
+VARYING_FIELDS = frozenset({"time", "games_per_s", "duration_s", "update_s", "run_dir", "plugins"})
+
+
+def comparable_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    """A run's ``metrics.jsonl`` as two runs of the same config must agree on it: without the
+    ``VARYING_FIELDS`` and without what a resume adds (its ``resume`` record and the ``start``
+    record of each resumed leg). A killed and resumed sync run equals the uninterrupted one."""
+    out = []
+    for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if record["type"] == "resume" or (record["type"] == "start" and record.get("resumed")):
+            continue
+        out.append({k: v for k, v in record.items() if k not in VARYING_FIELDS})
+    return out
+

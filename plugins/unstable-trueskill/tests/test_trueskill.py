@@ -182,7 +182,7 @@ def test_a_sync_run_killed_at_random_points_ends_with_the_same_ratings(tmp_path)
     SIGKILLed three times and resumed: the final registry (ratings, counts) and the metrics equal
     the uninterrupted run's."""
     import unstable_core
-    from unstable_core.testing import run_with_kills, toy_config, toy_plugin
+    from unstable_core.testing import comparable_metrics, run_with_kills, toy_config, toy_plugin
 
     cfg = toy_config(
         rater={"name": "trueskill", "per_env": True},
@@ -198,10 +198,7 @@ def test_a_sync_run_killed_at_random_points_ends_with_the_same_ratings(tmp_path)
     assert landed >= 2
 
     def final(run_dir):
-        timing = {"time", "games_per_s", "duration_s"}
-        metrics = [{k: v for k, v in json.loads(line).items() if k not in timing}
-                   for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-        return json.loads((run_dir / "registry.json").read_text()), [m for m in metrics if m["type"] != "resume"]
+        return json.loads((run_dir / "registry.json").read_text()), comparable_metrics(run_dir)
 
     (registry_full, metrics_full), (registry_killed, metrics_killed) = final(tmp_path / "full"), final(tmp_path / "killed")
     assert registry_killed == registry_full
