@@ -110,6 +110,8 @@ def test_rates_eta_and_leaderboard_from_hand_made_records():
     assert state.matches(["a", "b"]) == {("a", "b"): 7, ("b", "a"): 7}
     line = progress_line(state)
     assert "step 3/10 30%" in line and "eta 1:10" in line and "failures: 2 (TimeoutError 2)" in line
+    frame = render_text(state, 80)
+    assert "failures: 2 · TimeoutError 2" in frame and "games 50 · 5.00 games/s · gen 100 tok/s · learner 400 tok/s" in frame
 
 
 def test_plain_lines_are_whole_one_per_evaluation_and_a_last_line():

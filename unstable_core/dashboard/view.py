@@ -2,8 +2,9 @@
 latest evaluations, a ratings leaderboard, a match heatmap and failures.
 
 ``render(state, width)`` returns one renderable that fits ``width`` columns: sections stacked
-below 120 columns, ratings and heatmap side by side from 120 on. Numbers are never split: rich wraps text at spaces,
-and table cells that do not fit are cut with an ellipsis.
+below 120 columns, ratings and heatmap side by side from 120 on. Numbers are never split: lines
+of figures break only between figures (``pack``), and a table cuts only its text columns (with an
+ellipsis), never a number.
 """
 
 from __future__ import annotations
@@ -92,11 +93,17 @@ def learner_text(state: DashboardState) -> str:
     return " · ".join(learner_parts(state))
 
 
-def failures_text(state: DashboardState) -> str:
+def failure_parts(state: DashboardState) -> list[str]:
+    """``failures: N`` and one ``Reason count`` per reason, most frequent first."""
     if not state.failed:
-        return ""
-    reasons = ", ".join(f"{k} {v}" for k, v in sorted(state.failures.items(), key=lambda kv: (-kv[1], kv[0])))
-    return f"failures: {state.failed} ({reasons})"
+        return []
+    reasons = [f"{k} {v}" for k, v in sorted(state.failures.items(), key=lambda kv: (-kv[1], kv[0]))]
+    return [f"failures: {state.failed}", *reasons]
+
+
+def failures_text(state: DashboardState) -> str:
+    parts = failure_parts(state)
+    return f"{parts[0]} ({', '.join(parts[1:])})" if parts else ""
 
 
 def _cell_width(cell: Any) -> int:
@@ -202,8 +209,7 @@ def render(state: DashboardState, width: int) -> Any:
                 progress_text(state))
     parts: list[Any] = [head, bar]
     parts += [Text(line) for line in pack(throughput_parts(state), width) + pack(learner_parts(state), width)]
-    if state.failed:
-        parts.append(Text(failures_text(state), style="red"))
+    parts += [Text(line, style="red") for line in pack(failure_parts(state), width, sep=" · ")]
     limit = 8 if wide else 6
     parts += [collection_table(state, width), eval_table(state, width)]
     side = min(48, (width - 4) // 2) if wide else width  # the ratings' share; the heatmap gets the rest
