@@ -146,6 +146,14 @@ def test_cost_guards_stop_the_run(make_plugin_system, api):
     with pytest.raises(RunFailed, match="max_requests = 2"):
         ask(b)
     assert len(api.requests) == 2
+    b = backend(make_plugin_system, api, max_requests=3, max_concurrency=8)  # many at once: still 3 requests
+
+    async def many():
+        reqs = [GenerationRequest(model=ModelRef(uid="api", model="m", backend="openai"), prompt=OBS, observation=OBS)] * 8
+        return await asyncio.gather(*(b.generate(r) for r in reqs), return_exceptions=True)
+
+    outcomes = asyncio.run(many())
+    assert sum(isinstance(o, RunFailed) for o in outcomes) == 5 and len(api.requests) == 5
     b = backend(make_plugin_system, api, max_total_tokens=20)  # 13 tokens an answer, as the server reports
     ask(b), ask(b)
     with pytest.raises(RunFailed, match="max_total_tokens = 20 is reached \\(26 tokens used\\)"):

@@ -91,10 +91,10 @@ class OpenAIInference:
 
     # -- the contract ---------------------------------------------------------------------------
     async def generate(self, request: GenerationRequest) -> Completion:
-        self._check_budget()
         if self._semaphore is None:
             self._semaphore = asyncio.Semaphore(self.options.max_concurrency)
         async with self._semaphore:
+            self._check_budget()  # in here, so that requests waiting for a slot cannot all pass it at once
             self.requests += 1
             try:
                 completion = await self._with_retries(request)

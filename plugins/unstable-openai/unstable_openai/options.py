@@ -40,7 +40,9 @@ class OpenAIOptions(BaseModel):
     max_backoff_s: float = Field(30.0, ge=0, description="Longest wait before a retry.")
     max_concurrency: int = Field(16, ge=1, description="Requests in flight at once, per backend.")
     max_requests: int | None = Field(None, ge=1, description="Cost guard: requests per run; past it the run stops with a message.")
-    max_total_tokens: int | None = Field(None, ge=1, description="Cost guard: prompt + completion tokens per run (as the API reports them).")
+    max_total_tokens: int | None = Field(
+        None, ge=1, description="Cost guard: prompt + completion tokens per run, as the API reports them (the requests in "
+        "flight when it is reached still finish).")
     max_failures_in_a_row: int = Field(
         20, ge=1, description="Requests that fail in a row (after their retries) before the run stops: the API is down.")
 
