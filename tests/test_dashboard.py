@@ -192,7 +192,11 @@ def test_watch_once_prints_the_frame_and_bad_run_dirs_are_one_line(tmp_path, cli
     r = cli("watch", str(run_dir), "--once", env={**os.environ, "COLUMNS": "80"})
     assert r.returncode == 0 and r.stdout.splitlines()[0].startswith("unstable · kuhn-tiny · completed")
     assert "latest evaluations" in r.stdout and "matches (top models)" in r.stdout
-    for bad, says in ((tmp_path / "nope", "no such run directory"), (tmp_path, "holds no run")):
+    quiet = tmp_path / "quiet"  # a run without the jsonl tracker: watching it would wait forever
+    quiet.mkdir()
+    (quiet / "config.json").write_text(json.dumps({"config": {"trackers": [{"name": "console"}]}}))
+    for bad, says in ((tmp_path / "nope", "no such run directory"), (tmp_path, "holds no run"),
+                      (quiet, "writes no metrics.jsonl (its trackers: console)")):
         r = cli("watch", str(bad))
         assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and says in r.stderr and "Traceback" not in r.stderr
 

@@ -53,6 +53,22 @@ class MetricsFollower:
         return records, restarted
 
 
+def check_logs_metrics(directory: Path) -> None:
+    """Raise unless ``directory`` holds a run that writes ``metrics.jsonl`` (which a run
+    without the ``jsonl`` tracker never does: watching it would wait forever)."""
+    try:
+        config = json.loads((directory / "config.json").read_text())["config"]
+    except FileNotFoundError:
+        raise UnstableError(f"{directory} holds no run (no {METRICS} or config.json)") from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UnstableError(f"{directory / 'config.json'}: unreadable ({exc})") from None
+    trackers = [t for t in config.get("trackers") or [] if isinstance(t, dict)]
+    if not any(t.get("name") == "jsonl" and t.get("filename", METRICS) == METRICS for t in trackers):
+        names = ", ".join(str(t.get("name")) for t in trackers) or "none"
+        raise UnstableError(f"the run in {directory} writes no {METRICS} (its trackers: {names}); "
+                            'unstable watch needs [[trackers]] name = "jsonl"')
+
+
 def watch(run_dir: str, *, refresh_s: float = 1.0, once: bool = False, live: bool | None = None,
           file: TextIO | None = None) -> str:
     """Show the run's dashboard until its ``end`` record; with ``once``, print the dashboard as
@@ -61,8 +77,8 @@ def watch(run_dir: str, *, refresh_s: float = 1.0, once: bool = False, live: boo
     if not directory.is_dir():
         raise UnstableError(f"{run_dir}: no such run directory")
     path = directory / METRICS
-    if not path.exists() and not (directory / "config.json").exists():
-        raise UnstableError(f"{run_dir} holds no run (no {METRICS} or config.json)")
+    if not path.exists():
+        check_logs_metrics(directory)
     follower = MetricsFollower(path)
     if once:
         from rich.console import Console
