@@ -11,7 +11,7 @@ from unstable_core import hookimpl
 from unstable_core.testing import TrackerContract, toy_config, toy_plugin
 
 import unstable_wandb.plugin
-from unstable_wandb.offline import read_offline_runs
+from unstable_wandb.offline import read_offline_runs as read_files
 from unstable_wandb.tracker import RUN_ID_FILE
 
 WANDB = ("wandb", unstable_wandb.plugin)
@@ -29,6 +29,16 @@ class TestWandbContract(TrackerContract):
     plugin = unstable_wandb.plugin
     name = "wandb"
     options = {"mode": "offline"}
+
+
+def read_offline_runs(directory):
+    """The offline runs under ``directory``, read once wandb's service has written them out:
+    ``run.finish()`` returns before the service has flushed the run's file (read too early, the
+    history was missing in one CI run), ``wandb.teardown()`` waits for it."""
+    import wandb
+
+    wandb.teardown()
+    return read_files(directory)
 
 
 def lines(path):

@@ -4,6 +4,10 @@ wandb writes an offline run to ``DIR/wandb/offline-run-<time>-<id>/run-<id>.wand
 log (a 7-byte file header, then 32 KiB blocks of records, each with a 7-byte header: CRC32,
 length, type FULL/FIRST/MIDDLE/LAST) of protobuf ``Record`` messages. ``read_offline_runs``
 decodes the history rows, the config, the summary and the exit code of each such run.
+
+The file is complete once wandb's service has written it out: when the process that logged the run
+has ended, or after ``wandb.teardown()``. ``run.finish()`` alone returns before that, so a file
+read right after it may lack records.
 """
 
 from __future__ import annotations
