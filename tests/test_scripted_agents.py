@@ -98,3 +98,68 @@ def test_extraction_rules():
     assert extract_boxed_action("think \\boxed{1} then \\boxed{4}") == ("[4]", True)
     assert extract_boxed_action("\\boxed{[col 3]}") == ("[col 3]", True)
     assert extract_boxed_action("no answer") == ("no answer", False)
+
+
+def round_win_probability(first: bool, policy) -> float:
+    """One round of TextArena's KuhnPoker against random-valid, worked out over the 6 deals and
+    the opponent's uniform choices; ``policy(card, history)`` returns the action. The pot never
+    grows (a bet or call moves no chips), so a round is won by the opponent's fold or at showdown."""
+    total = 0.0
+    for mine, theirs in ((a, b) for a in range(3) for b in range(3) if a != b):
+        showdown = float(mine > theirs)
+
+        def after(history: tuple[str, ...], my_turn: bool) -> float:
+            last = history[-1] if history else None
+            if last == "fold":
+                return 1.0 if my_turn else 0.0  # the one who folded just moved: the opponent if it is my turn
+            if last == "call" or history[-2:] == ("check", "check"):
+                return showdown
+            choices = ["fold", "call"] if last == "bet" else ["check", "bet"]
+            if my_turn:
+                return after(history + (policy(mine, history),), False)
+            return sum(after(history + (c,), True) for c in choices) / 2
+
+        total += after((), first) / 6
+    return total
+
+
+def test_best_response_is_the_best_response_to_random_valid_on_kuhn_poker():
+    import itertools
+
+    best = AGENTS["best-response"]
+    as_agent = {"check,bet": "[bet]", "fold,call": "[call]"}
+    for options, move in as_agent.items():
+        obs = "Your card is: 'J'\nYour available actions are: " + ", ".join(f"'[{o}]'" for o in options.split(","))
+        assert best(obs, random.Random(0)) == "\\boxed{" + move + "}"
+
+    def bet_call(card, history):
+        return "call" if history[-1:] == ("bet",) else "bet"
+
+    # every deterministic policy (an action per card at each of the 3 decision points) does no better
+    points = [(), ("check",), ("bet",), ("check", "bet")]
+    options = {(): ["check", "bet"], ("check",): ["check", "bet"], ("bet",): ["fold", "call"], ("check", "bet"): ["fold", "call"]}
+    for first in (True, False):
+        mine = [p for p in points if (len(p) % 2 == 0) == first]
+        best_value = round_win_probability(first, bet_call)
+        for choice in itertools.product(*[options[p] for p in mine for _ in range(3)]):
+            table = {(p, card): choice[i * 3 + card] for i, p in enumerate(mine) for card in range(3)}
+            assert round_win_probability(first, lambda card, h: table[(h, card)]) <= best_value + 1e-12
+    assert round_win_probability(True, bet_call) == pytest.approx(0.75) and round_win_probability(False, bet_call) == pytest.approx(0.625)
+
+
+def test_best_response_wins_kuhn_poker_as_often_as_worked_out():
+    """Three rounds, the most chips wins (rounds are worth one chip each, so no draws); player 1
+    opens rounds 1 and 3. Worked out: seat 1 wins 51/64 of games, seat 0 47.5/64."""
+    p, q = 0.75, 0.625
+    expected = {1: p * p + 2 * p * (1 - p) * q, 0: q * q + 2 * q * (1 - q) * p}
+    games = 400
+    for seat, probability in expected.items():
+        wins = 0
+        for seed in range(games):
+            seats = ["random-valid", "random-valid"]
+            seats[seat] = "best-response"
+            _, rewards, invalid, _ = play("KuhnPoker-v0-train", seats, seed)
+            assert not any(invalid)
+            wins += rewards[seat] > rewards[1 - seat]
+        standard_error = (probability * (1 - probability) / games) ** 0.5
+        assert abs(wins / games - probability) < 4 * standard_error, (seat, wins / games, probability)

@@ -1,7 +1,7 @@
 """inference `scripted`: agents that need no model, for fixed opponents, tournaments and tests.
 
 A ``ModelRef`` served by this backend names its agent in ``model`` (``random-valid``,
-``first-valid``, ``greedy``, ``garbage``). Agents read the raw observation; their answers are
+``first-valid``, ``greedy``, ``best-response``, ``garbage``). Agents read the raw observation; their answers are
 boxed (``\\boxed{4}``) so the templates' extraction applies to them as to a language model.
 """
 
@@ -106,6 +106,26 @@ def agent_greedy(observation: str, rng: random.Random) -> str:
     return agent_random_valid(observation, rng)
 
 
+KUHN_BEST_RESPONSE = ("[bet]", "[call]", "[check]")
+
+
+def agent_best_response(observation: str, rng: random.Random) -> str:
+    """The best response to ``random-valid`` where it is known; the ceiling a learner's win rate
+    against ``random-valid`` is measured against (docs/learning.md).
+
+    KuhnPoker: bet, and call a bet; never fold. In TextArena's KuhnPoker a bet or a call does not
+    change the pot (each round is worth one chip whatever is bet), so a round is won by the
+    opponent's fold or at the showdown, and a bet (random-valid folds half the time) or a call (a
+    fold loses for sure) is never worse than the other choice. Other games: ``greedy``.
+    """
+    moves = valid_moves(observation)
+    if "[fold]" in moves or "[bet]" in moves:
+        for move in KUHN_BEST_RESPONSE:
+            if move in moves:
+                return _boxed(move)
+    return agent_greedy(observation, rng)
+
+
 GARBAGE = [
     "",
     "x" * 100_000,
@@ -127,6 +147,7 @@ AGENTS: dict[str, Callable[[str, random.Random], str]] = {
     "random-valid": agent_random_valid,
     "first-valid": agent_first_valid,
     "greedy": agent_greedy,
+    "best-response": agent_best_response,
     "garbage": agent_garbage,
 }
 
