@@ -249,13 +249,17 @@ def config_check(file: str, overrides: tuple[str, ...]) -> None:
 
 
 @cli.command()
-@click.argument("run_dir", type=click.Path(file_okay=False))
-@click.option("--out", type=click.Path(dir_okay=False), default=None, help="PNG to write (default RUN_DIR/curve.png).")
-def plot(run_dir: str, out: str | None) -> None:
-    """Plot evaluation curves (win and invalid-move rates per env and opponent) and training loss."""
-    from .plotting import plot_run
+@click.argument("run_dirs", metavar="RUN_DIR [RUN_DIR ...]", nargs=-1, required=True, type=click.Path(file_okay=False))
+@click.option("--out", type=click.Path(dir_okay=False), default=None,
+              help="PNG to write (default RUN_DIR/curve.png for one run, ./curve.png for several).")
+@click.option("--ceiling", type=click.FloatRange(0, 1), default=None,
+              help="Draw the best known win rate (e.g. 0.77 on KuhnPoker, see docs/learning.md).")
+def plot(run_dirs: tuple[str, ...], out: str | None, ceiling: float | None) -> None:
+    """Plot evaluation curves (win and invalid-move rates per env and opponent) and training loss;
+    several runs (seeds) on one figure as their mean and range."""
+    from .plotting import plot_runs
 
-    path = plot_run(run_dir, out)
+    path = plot_runs(list(run_dirs), out, ceiling)
     click.echo(f"plot written to {path}")
 
 

@@ -1,9 +1,13 @@
-"""`unstable plot RUN_DIR`: evaluation and training curves from metrics.jsonl (matplotlib)."""
+"""`unstable plot RUN_DIR [RUN_DIR ...]`: evaluation and training curves from metrics.jsonl
+(matplotlib). Several runs (seeds of one config) are drawn as their mean with a band from the
+lowest to the highest run, at the steps every run reached."""
 
 from __future__ import annotations
 
 import json
+import statistics
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import UnstableError
@@ -23,7 +27,54 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
     return records
 
 
-def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
+@dataclass
+class Spread:
+    """One curve over several runs: at each step every run has, the mean, lowest and highest."""
+
+    steps: list[int]
+    mean: list[float]
+    low: list[float]
+    high: list[float]
+    runs: int
+
+
+def spread(runs: list[dict[int, float]]) -> Spread:
+    """Mean and range of several runs' values ({step: value} each), at the steps all runs have."""
+    steps = sorted(set.intersection(*(set(r) for r in runs))) if runs else []
+    columns = [[r[s] for r in runs] for s in steps]
+    return Spread(steps, [statistics.fmean(c) for c in columns], [min(c) for c in columns], [max(c) for c in columns],
+                  len(runs))
+
+
+def curves(runs: list[list[dict]]) -> dict[str, dict[str, Spread]]:
+    """{panel: {label: Spread}} for the panels "win rate", "invalid-move rate" and, when the runs
+    trained, "loss" and "grad norm". A training run's evaluations are labelled (env, opponent)
+    across checkpoints; a tournament's (env, model, opponent)."""
+    per_run: dict[str, dict[str, list[dict[int, float]]]] = defaultdict(lambda: defaultdict(list))
+    for records in runs:
+        training = any(r.get("type") == "train" for r in records)
+        mine: dict[str, dict[str, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
+        for r in records:
+            if r.get("type") == "eval":
+                label = f"{r['env_id']} vs {r['opponent']}" if training else f"{r['env_id']}: {r.get('model', '')} vs {r['opponent']}"
+                mine["win rate"][label][r["step"]] = r["win_rate"]
+                mine["invalid-move rate"][label][r["step"]] = r["invalid_rate"]
+            elif r.get("type") == "train":
+                for key, panel in (("loss", "loss"), ("grad_norm", "grad norm (before clip)")):
+                    if key in r:
+                        mine[panel][panel][r["step"]] = r[key]
+        for panel, labels in mine.items():
+            for label, values in labels.items():
+                per_run[panel][label].append(values)
+    return {panel: {label: spread(values) for label, values in sorted(labels.items())} for panel, labels in per_run.items()}
+
+
+PANELS = ("win rate", "invalid-move rate", "loss", "grad norm (before clip)")
+
+
+def plot_runs(run_dirs: list[str | Path], out: str | Path | None = None, ceiling: float | None = None) -> Path:
+    """Draw the runs' curves into a PNG: ``out``, or RUN_DIR/curve.png for one run and curve.png
+    in the working directory for several. ``ceiling`` draws the best known win rate as a line."""
     try:
         import matplotlib
     except ImportError:
@@ -31,32 +82,31 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    records = read_metrics(run_dir)
-    train = [r for r in records if r.get("type") == "train"]
-    # a training run: one curve per (env, opponent) across checkpoints; a tournament: per agent too
-    curves: dict[str, list[dict]] = defaultdict(list)
-    for r in records:
-        if r.get("type") == "eval":
-            label = f"{r['env_id']} vs {r['opponent']}" if train else f"{r['env_id']}: {r.get('model', '')} vs {r['opponent']}"
-            curves[label].append(r)
-    if not curves and not train:
-        raise UnstableError(f"{run_dir}: metrics.jsonl has no eval or train records to plot")
-    fig, axes = plt.subplots(1, 3 if train else 2, figsize=(15 if train else 10, 4))
-    for label, rs in sorted(curves.items()):
-        rs = sorted(rs, key=lambda r: r["step"])
-        axes[0].plot([r["step"] for r in rs], [r["win_rate"] for r in rs], marker="o", label=label)
-        axes[1].plot([r["step"] for r in rs], [r["invalid_rate"] for r in rs], marker="o", label=label)
-    axes[0].set(title="win rate", xlabel="learner step", ylim=(0, 1))
-    axes[1].set(title="invalid-move rate", xlabel="learner step", ylim=(0, 1))
-    axes[0].legend(fontsize=7)
-    if train:
-        axes[2].plot([r["step"] for r in train], [r.get("loss", 0.0) for r in train], label="loss")
-        axes[2].plot([r["step"] for r in train], [r.get("grad_norm", 0.0) for r in train], label="grad norm (before clip)")
-        axes[2].set(title="training", xlabel="learner step")
-        axes[2].legend(fontsize=7)
-    fig.suptitle(str(Path(run_dir).name))
+    drawn = curves([read_metrics(d) for d in run_dirs])
+    if not drawn:
+        raise UnstableError(f"{', '.join(map(str, run_dirs))}: metrics.jsonl has no eval or train records to plot")
+    panels = [p for p in PANELS if p in drawn]
+    rows = (len(panels) + 1) // 2
+    fig, axes = plt.subplots(rows, 2, figsize=(11, 4 * rows), squeeze=False)
+    for ax, panel in zip(axes.flat, panels):
+        for label, s in drawn[panel].items():
+            shown = label if s.runs == 1 else f"{label} (mean of {s.runs})"
+            (line,) = ax.plot(s.steps, s.mean, marker="o" if len(s.steps) < 30 else None, label=shown)
+            if s.runs > 1:
+                ax.fill_between(s.steps, s.low, s.high, color=line.get_color(), alpha=0.2, linewidth=0)
+        if panel == "win rate" and ceiling is not None:
+            ax.axhline(ceiling, color="grey", linestyle="--", label=f"ceiling {ceiling:g}")
+        ax.set(title=panel, xlabel="learner step")
+        if panel == "win rate":
+            ax.set_ylim(0, 1)
+        elif panel == "invalid-move rate":  # a few percent, drawn large enough to read
+            ax.set_ylim(0, max([0.05] + [1.2 * h for s in drawn[panel].values() for h in s.high]))
+        ax.legend(fontsize=7)
+    names = [Path(d).name for d in run_dirs]
+    title = names[0] if len(names) == 1 else f"{len(names)} runs ({', '.join(names)}); bands: lowest to highest run"
+    fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    path = Path(out) if out else Path(run_dir) / "curve.png"
+    path = Path(out) if out else (Path(run_dirs[0]) / "curve.png" if len(run_dirs) == 1 else Path("curve.png"))
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path

@@ -1,0 +1,73 @@
+"""`unstable plot`: one run or several (seeds) as their mean and range."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from unstable_core.plotting import curves, plot_runs, spread
+
+DATA = Path(__file__).parent / "data"
+
+
+def write_run(directory: Path, win_rates: dict[int, float], invalid: float = 0.01, losses=(0.5, 0.25)) -> Path:
+    directory.mkdir(parents=True)
+    records = [{"type": "start", "step": 0, "time": 0.0}]
+    records += [{"type": "eval", "step": s, "env_id": "KuhnPoker-v0-train", "model": f"ckpt-{s}", "opponent": "random-valid",
+                 "games": 400, "win_rate": w, "draw_rate": 0.0, "loss_rate": 1 - w, "invalid_rate": invalid} for s, w in win_rates.items()]
+    records += [{"type": "train", "step": i + 1, "loss": loss, "grad_norm": 2 * loss} for i, loss in enumerate(losses)]
+    (directory / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return directory
+
+
+def test_spread_is_mean_and_range_at_the_steps_every_run_reached():
+    s = spread([{0: 0.5, 10: 0.6, 20: 0.7}, {0: 0.4, 10: 0.8}, {0: 0.6, 10: 0.7, 20: 0.9}])
+    assert s.steps == [0, 10] and s.runs == 3
+    assert s.mean == pytest.approx([0.5, 0.7]) and s.low == [0.4, 0.6] and s.high == [0.6, 0.8]
+
+
+def test_curves_of_training_runs_and_of_a_tournament(tmp_path):
+    from unstable_core.plotting import read_metrics
+
+    a = write_run(tmp_path / "a", {0: 0.5, 20: 0.7}, invalid=0.02, losses=(1.0, 0.5))
+    b = write_run(tmp_path / "b", {0: 0.6, 20: 0.6}, invalid=0.04, losses=(3.0, 1.5))
+    drawn = curves([read_metrics(a), read_metrics(b)])
+    (label,) = drawn["win rate"]
+    assert label == "KuhnPoker-v0-train vs random-valid"  # a training run: one curve across checkpoints
+    win = drawn["win rate"][label]
+    assert (win.steps, win.mean, win.low, win.high) == ([0, 20], pytest.approx([0.55, 0.65]), [0.5, 0.6], [0.6, 0.7])
+    assert drawn["invalid-move rate"][label].mean == pytest.approx([0.03, 0.03])
+    assert drawn["loss"]["loss"].mean == pytest.approx([2.0, 1.0])
+    assert drawn["grad norm (before clip)"]["grad norm (before clip)"].high == [6.0, 3.0]
+    tournament = [r for r in read_metrics(a) if r["type"] != "train"]
+    assert list(curves([tournament])["win rate"]) == ["KuhnPoker-v0-train: ckpt-0 vs random-valid",
+                                                       "KuhnPoker-v0-train: ckpt-20 vs random-valid"]
+
+
+def test_cli_plots_one_run_and_several(cli, tmp_path):
+    one = tmp_path / "real"
+    one.mkdir()
+    shutil.copy(DATA / "kuhn-tiny-metrics.jsonl", one / "metrics.jsonl")
+    done = cli("plot", str(one))
+    assert done.returncode == 0, done.stderr
+    assert (one / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    runs = [str(write_run(tmp_path / f"seed{i}", {0: 0.5, 20: 0.6 + i / 20})) for i in range(3)]
+    done = cli("plot", *runs, "--ceiling", "0.77", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "plot written to curve.png"
+    assert (tmp_path / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_errors_are_one_line_and_exit_2(cli, tmp_path):
+    (tmp_path / "empty").mkdir()
+    for args in (["plot", str(tmp_path / "empty")], ["plot"], ["plot", str(write_run(tmp_path / "r", {0: 0.5})), "--ceiling", "2"]):
+        done = cli(*args)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, (args, done.stderr)
+    assert "no metrics.jsonl" in cli("plot", str(tmp_path / "empty")).stderr
+
+
+def test_plot_runs_writes_where_asked(tmp_path):
+    run = write_run(tmp_path / "r", {0: 0.5, 10: 0.6})
+    path = plot_runs([run], tmp_path / "out.png", ceiling=0.77)
+    assert path == tmp_path / "out.png" and path.stat().st_size > 1000
