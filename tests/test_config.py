@@ -161,3 +161,18 @@ def test_a_component_checks_its_options_against_the_rest_of_the_run(tmp_path, ma
     assert "c.toml: buffer: capacity 5 is below what model_sampler needs" in str(e.value)
     assert {"buffer", "model_sampler", "env"} <= set(seen) and seen["buffer"].capacity == 5
     check_run(load_config(write(tmp_path, GOOD + '\n[buffer]\nname = "picky"\ncapacity = 50\n')), system, "c.toml")
+
+
+def test_a_trained_model_needs_a_backend_that_loads_checkpoints(make_plugin_system):
+    """A backend with ``serves_checkpoints = False`` (scripted agents, a remote API) may serve
+    opponents, not the model a learner trains: refused before the run, naming the backend."""
+    from unstable_core.runtime.plan import check_run
+    from unstable_core.testing import toy_config, toy_plugin
+
+    system = make_plugin_system(toy_plugin)
+    cfg = validate_config(toy_config(model={"model": "random-valid", "backend": "scripted"}))
+    with pytest.raises(ConfigError, match=r"c\.toml: model: backend 'scripted' serves fixed models only"):
+        check_run(cfg, system, "c.toml")
+    tournament = toy_config(model={"model": "random-valid", "backend": "scripted"}, learner=None, opponents=["first-valid"])
+    check_run(validate_config(tournament), system, "c.toml")  # no learner: served as it is
+    check_run(validate_config(toy_config()), system, "c.toml")

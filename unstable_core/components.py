@@ -165,6 +165,10 @@ class InferenceSpec(ComponentSpec):
     model_options: type[BaseModel] = Field(
         NoOptions, description="Pydantic model of the per-model `options` of a model or opponent served by this backend."
     )
+    serves_checkpoints: bool = Field(
+        True, description="load_checkpoint serves a learner's checkpoints. False (a remote API, scripted agents): the backend "
+        "serves fixed models only, and a training run whose model it serves is refused before it starts.",
+    )
 
 
 class ExecutorSpec(ComponentSpec):

@@ -199,5 +199,6 @@ def unstable_inference_backends() -> list[InferenceSpec]:
             config=ScriptedOptions,
             factory=lambda options, ctx: ScriptedInference(),
             check_model=check_agent,
+            serves_checkpoints=False,
         )
     ]

@@ -204,6 +204,9 @@ def check_run(cfg: RunConfig, system: Any, source: str = "<config>") -> dict[str
                 spec.check_model(ref)
             except Exception as exc:
                 problems.append(f"{source}: {key}: {exc}")
+    if base is not None and cfg.learner is not None and not system.get("inference", base.backend).serves_checkpoints:
+        problems.append(f"{source}: model: backend {base.backend!r} serves fixed models only and cannot load the learner's "
+                        "checkpoints: serve the trained model with a backend that can (hf, vllm); use this one for opponents")
     if base is not None and base.uid in {o.uid for o in cfg.opponents}:
         problems.append(f"{source}: model.uid {base.uid!r} is also an opponent uid")
     if problems:

@@ -173,6 +173,18 @@ def test_a_missing_key_variable_and_a_key_in_the_config_are_one_clear_error(make
     assert KEY not in str(info.value)
 
 
+def test_a_model_trained_through_the_api_is_refused_before_the_run(make_plugin_system, tmp_path):
+    """The API serves fixed models: a training run whose model it would serve cannot publish a
+    checkpoint to it, so it is one config error naming the backend, before anything starts."""
+    from unstable_core.testing import toy_config, toy_plugin
+
+    system = make_plugin_system(toy_plugin, OPENAI)
+    cfg = toy_config(model={"model": "m", "backend": "openai"}, backends={"openai": {"api_key_env": "TEST_API_KEY"}})
+    with pytest.raises(ConfigError, match="model: backend 'openai' serves fixed models only"):
+        unstable_core.build(cfg, run_dir=tmp_path / "r", plugins=system)
+    assert not (tmp_path / "r").exists()
+
+
 def tournament(api, **openai_options):
     return {
         "name": "api-tournament", "seed": 1, "train_envs": ["KuhnPoker-v0-train"],

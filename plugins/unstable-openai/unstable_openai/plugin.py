@@ -23,4 +23,5 @@ def check_model(ref: ModelRef) -> None:
 @hookimpl
 def unstable_inference_backends() -> list[InferenceSpec]:
     return [InferenceSpec(name="openai", summary="An OpenAI-compatible API (OpenRouter, OpenAI, vllm serve): opponents, evaluated models",
-                          config=OpenAIOptions, factory=make_inference, check_model=check_model)]
+                          config=OpenAIOptions, factory=make_inference, check_model=check_model,
+                          serves_checkpoints=False)]
