@@ -5,14 +5,14 @@ import math
 import pytest
 
 from unstable_core.builtin.transforms import (
-    InvalidMoveOptions, Normalize, NormalizeOptions, PenaltyForInvalidMove, RewardForFormat,
-    RewardForFormatOptions, RoleAdvantage, RoleAdvantageOptions, win_draw_loss, zscore,
+    InvalidMoveOptions, Normalize, NormalizeOptions, PenaltyForInvalidMove, PenaltyForTruncation, RewardForFormat,
+    RewardForFormatOptions, RoleAdvantage, RoleAdvantageOptions, TruncationOptions, win_draw_loss, zscore,
 )
 from unstable_core.types import Step, Turn
 
 
-def step(reward, env="E", fmt=True, invalid=False):
-    t = Turn(player_id=0, observation="o", prompt="p", completion="c", action="[a]", format_ok=fmt, invalid=invalid)
+def step(reward, env="E", fmt=True, invalid=False, truncated=False):
+    t = Turn(player_id=0, observation="o", prompt="p", completion="c", action="[a]", format_ok=fmt, invalid=invalid, truncated=truncated)
     return Step(env_id=env, game_idx=0, player_id=0, turn_index=0, num_turns=1, turn=t, final_reward=reward, reward=reward)
 
 
@@ -55,6 +55,13 @@ def test_reward_for_format_and_invalid_penalty():
     assert p(step(-1.0, invalid=False)).reward == pytest.approx(-0.9)
     # composing keeps final_reward as it was
     assert p(f(step(1.0, fmt=False, invalid=True))).final_reward == 1.0
+
+
+def test_truncation_penalty():
+    cut = PenaltyForTruncation(TruncationOptions())
+    assert cut(step(1.0, truncated=True)).reward == 0.0 and cut(step(1.0, truncated=True)).final_reward == 1.0
+    assert cut(step(1.0, truncated=False)).reward == 1.0
+    assert PenaltyForTruncation(TruncationOptions(reward=0.5, penalty=-3.0))(step(-1.0, truncated=True)).reward == -4.0
 
 
 def test_normalize_hand_computed():

@@ -139,6 +139,7 @@ class Turn(Model):
     format_ok: bool = Field(description="Whether the completion followed the template's answer format.")
     invalid: bool = Field(False, description="Whether the environment rejected the action as an invalid move.")
     trainable: bool = Field(True, description="Whether a learner may train on this turn (its backend gave token ids).")
+    truncated: bool = Field(False, description="Whether the completion was cut at the token limit instead of ending.")
 
 
 class PlayerTrajectory(Model):
@@ -244,6 +245,8 @@ class Completion(Model):
     policy_version: int = 0
     trainable: bool = Field(True, description="False when the backend could not give the token ids a learner needs "
                             "(a hosted API): a learner never trains on it.")
+    truncated: bool = Field(False, description="The completion stopped at the backend's token limit (max_tokens), "
+                            "not at an end token.")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -181,6 +181,7 @@ class ScriptedInference:
         return _trusted(Completion, {
             "text": text, "prompt_token_ids": [], "completion_token_ids": [], "logprobs": [],
             "policy_version": request.model.version, "trainable": True,
+            "truncated": False,
         })
 
     def load_checkpoint(self, checkpoint: Checkpoint) -> int:

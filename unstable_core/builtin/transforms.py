@@ -1,7 +1,7 @@
 """Reward transforms: final (game rewards), step (one step), sampling (a drawn batch).
 
 final     win-draw-loss, role-advantage, role-advantage-by-env
-step      reward-for-format, penalty-for-invalid-move
+step      reward-for-format, penalty-for-invalid-move, penalty-for-truncation
 sampling  normalize, normalize-by-env
 """
 
@@ -102,6 +102,23 @@ class PenaltyForInvalidMove:
         return step.model_copy(update={"reward": step.reward + bonus})
 
 
+class TruncationOptions(_Opts):
+    reward: float = Field(0.0, description="Added to a completion that ended (an end token).")
+    penalty: float = Field(-1.0, description="Added to a completion cut at the token limit (max_tokens).")
+
+
+class PenaltyForTruncation:
+    """DAPO's overlong penalty, in its simplest form: an answer that runs into the token limit
+    instead of ending is penalised even when the answer it holds was read and played."""
+
+    def __init__(self, options: TruncationOptions) -> None:
+        self.o = options
+
+    def __call__(self, step: Step) -> Step:
+        bonus = self.o.penalty if step.turn.truncated else self.o.reward
+        return step.model_copy(update={"reward": step.reward + bonus})
+
+
 # -- sampling -------------------------------------------------------------------------------------
 
 
@@ -152,6 +169,8 @@ def unstable_reward_transforms() -> list[RewardTransformSpec]:
         _spec("role-advantage-by-env", "final", "Per-(env, role) EMA baseline", RoleAdvantageOptions, lambda o, ctx: RoleAdvantage(o, by_env=True)),
         _spec("reward-for-format", "step", "Add reward/penalty for the answer format", RewardForFormatOptions, lambda o, ctx: RewardForFormat(o)),
         _spec("penalty-for-invalid-move", "step", "Add penalty to moves the env rejected", InvalidMoveOptions, lambda o, ctx: PenaltyForInvalidMove(o)),
+        _spec("penalty-for-truncation", "step", "Add penalty to completions cut at the token limit", TruncationOptions,
+              lambda o, ctx: PenaltyForTruncation(o)),
         _spec("normalize", "sampling", "z-score rewards over the batch (std + eps)", NormalizeOptions, lambda o, ctx: Normalize(o, by_env=False)),
         _spec("normalize-by-env", "sampling", "z-score rewards per env within the batch", NormalizeOptions, lambda o, ctx: Normalize(o, by_env=True)),
     ]

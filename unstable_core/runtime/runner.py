@@ -166,6 +166,7 @@ class GameRunner:
                         "format_ok": format_ok,
                         "invalid": invalid,
                         "trainable": completion.trainable,
+                        "truncated": completion.truncated,
                     }
                 )
                 turns += 1

@@ -75,6 +75,21 @@ def test_completion_carries_ids_logprobs_and_version(tiny_path):
     assert out.logprobs == pytest.approx(expected, abs=1e-4)
 
 
+def test_a_completion_cut_at_max_tokens_is_truncated(tiny_path):
+    """``truncated``: the completion hit max_tokens instead of ending with the end token. The
+    untrained fast model never ends on its own, so the end token is made the one it samples first."""
+    ref = ModelRef(uid="base", kind="base", backend="hf", model=tiny_path, version=0)
+    request = GenerationRequest(model=ref, prompt="Your card is: 'K'", seed=5)
+    b = backend(max_tokens=3)
+    cut = asyncio.run(b.generate(request))
+    assert cut.truncated and len(cut.completion_token_ids) == 3 and b.tokenizer.eos_token_id not in cut.completion_token_ids
+    b = backend(max_tokens=3)
+    asyncio.run(b.generate(request.model_copy(update={"seed": 6})))  # loads the model and its tokenizer
+    b.tokenizer.eos_token = b.tokenizer.convert_ids_to_tokens(cut.completion_token_ids[0])
+    ended = asyncio.run(b.generate(request))  # same seed: the same first token, now the end token
+    assert ended.completion_token_ids == cut.completion_token_ids[:1] and not ended.truncated
+
+
 def test_requests_in_flight_are_batched(tiny_path):
     b = backend(batch_wait_ms=50)
     ref = ModelRef(uid="base", kind="base", backend="hf", model=tiny_path)

@@ -169,6 +169,7 @@ class HFInference:
                         completion_token_ids=toks,
                         logprobs=lps,
                         policy_version=r.model.version,
+                        truncated=not toks or toks[-1] != tok.eos_token_id,
                     )
                 )
             self.batches.append(len(requests))

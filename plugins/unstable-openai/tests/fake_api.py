@@ -86,9 +86,10 @@ class FakeAPI:
 
     def answer(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         usage = {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13}
+        finish = "length" if body.get("max_tokens", 3) < 3 else "stop"  # every answer takes 3 tokens
         if path.endswith("/chat/completions"):
             text = first_move(body["messages"][-1]["content"])
-            choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+            choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
             out = {"id": "c", "object": "chat.completion", "created": 0, "model": body["model"], "choices": [choice], "usage": usage}
             if self.token_ids:
                 out["prompt_token_ids"] = [1, 2, 3]
@@ -97,7 +98,7 @@ class FakeAPI:
                                                   {"token": "b", "logprob": -0.25, "bytes": None, "top_logprobs": []}]}
             return out
         text = first_move(body["prompt"])
-        choice = {"index": 0, "text": text, "finish_reason": "stop", "logprobs": None}
+        choice = {"index": 0, "text": text, "finish_reason": finish, "logprobs": None}
         if self.token_ids:
             choice.update(prompt_token_ids=[1, 2, 3], token_ids=[7, 8],
                           logprobs={"tokens": ["a", "b"], "token_logprobs": [-0.5, -0.25], "top_logprobs": None, "text_offset": [0, 1]})

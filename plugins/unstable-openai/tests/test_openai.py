@@ -60,6 +60,8 @@ def test_chat_request_as_the_api_expects_and_untrainable_without_token_ids(make_
         {"role": "system", "content": "Play well."}, {"role": "user", "content": OBS}]
     assert (body["temperature"], body["max_tokens"], body["seed"], body["provider"]) == (0.3, 40, 7, {"order": ["x"]})
     assert body["return_token_ids"] is True and body["logprobs"] is True
+    assert out.truncated is False
+    assert ask(backend(make_plugin_system, api, max_tokens=2)).truncated is True  # finish_reason "length"
 
 
 @pytest.mark.parametrize("endpoint", ["chat", "completions"])

@@ -195,9 +195,11 @@ class OpenAIInference:
             logprobs = [float(x) for x in ((choice.get("logprobs") or {}).get("token_logprobs") or [])]
         ids = choice.get("token_ids")
         trainable = bool(prompt_ids) and ids is not None and len(logprobs) == len(ids)
+        truncated = choice.get("finish_reason") == "length"
         if not trainable:
-            return Completion(text=text, trainable=False)
-        return Completion(text=text, prompt_token_ids=list(prompt_ids), completion_token_ids=list(ids), logprobs=logprobs)
+            return Completion(text=text, trainable=False, truncated=truncated)
+        return Completion(text=text, prompt_token_ids=list(prompt_ids), completion_token_ids=list(ids), logprobs=logprobs,
+                          truncated=truncated)
 
     def scrub(self, text: str) -> str:
         """``text`` with the API key taken out."""

@@ -71,6 +71,8 @@ def test_token_ids_and_logprobs_match_hf_forward_float32(backend, tiny_path, ada
         worst = max(worst, max_abs_diff(out.logprobs, hf.logprobs(out.prompt_token_ids, out.completion_token_ids)))
         eos = backend.tokenizer.eos_token_id
         assert out.text == backend.tokenizer.decode([t for t in out.completion_token_ids if t != eos], skip_special_tokens=True)
+        ended = out.completion_token_ids[-1] == eos
+        assert out.truncated == (not ended) and (ended or len(out.completion_token_ids) == MAX_TOKENS)
     assert worst <= 1e-4
 
 

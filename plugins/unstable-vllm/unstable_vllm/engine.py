@@ -210,7 +210,8 @@ class Engine:
         logprobs = [float(step[token].logprob) for token, step in zip(tokens, out.logprobs or [])]
         eos = self.tokenizer.eos_token_id
         text = self.tokenizer.decode([t for t in tokens if t != eos], skip_special_tokens=True)
-        return Completion(text=text, prompt_token_ids=prompt_ids, completion_token_ids=tokens, logprobs=logprobs, policy_version=ref.version)
+        return Completion(text=text, prompt_token_ids=prompt_ids, completion_token_ids=tokens, logprobs=logprobs, policy_version=ref.version,
+                          truncated=out.finish_reason == "length")
 
     async def shutdown(self) -> None:
         """Cancel the requests still running (a run that stops mid-batch), then stop the engine."""
