@@ -1,8 +1,9 @@
 """inference `scripted`: agents that need no model, for fixed opponents, tournaments and tests.
 
 A ``ModelRef`` served by this backend names its agent in ``model`` (``random-valid``,
-``first-valid``, ``greedy``, ``best-response``, ``garbage``). Agents read the raw observation; their answers are
-boxed (``\\boxed{4}``) so the templates' extraction applies to them as to a language model.
+``first-valid``, ``greedy``, ``best-response``, ``garbage``). Agents read the raw observation;
+their answers are boxed (``\\boxed{4}``) so the templates' extraction applies to them as to a
+language model.
 """
 
 from __future__ import annotations
