@@ -33,14 +33,13 @@ CEILINGS = {"KuhnPoker-v0-train": 0.771, "TicTacToe-v0-train": 0.784}
 
 def build_model(config: Path, overrides: list[str]) -> None:
     """Build (or find cached) the config's tiny model, so that no run pays for it."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from unstable_core.config import load_config
 
-    model = load_config(str(config), overrides).model.model
-    if model.startswith("tiny"):
+    model = load_config(str(config), overrides).model
+    if model is not None and model.model.startswith("tiny"):
         from unstable_hf.loading import resolve_model_path
 
-        resolve_model_path(model)
+        resolve_model_path(model.model)
 
 
 def run(config: Path, run_dir: Path, seed: int, overrides: list[str]) -> None:

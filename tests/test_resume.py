@@ -17,7 +17,6 @@ from unstable_core.testing.resume import VARYING_FIELDS
 from unstable_core.testing import run_with_kills as harness_run_with_kills
 
 
-
 def sync_config(steps: int = 20, **collection):
     return toy_config(
         training={"learning_steps": steps, "batch_size": 16, "eval_every": 10},

@@ -132,4 +132,3 @@ def comparable_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
             continue
         out.append({k: v for k, v in record.items() if k not in VARYING_FIELDS})
     return out
-
