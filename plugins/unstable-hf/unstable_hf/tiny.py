@@ -186,9 +186,9 @@ def supervised_warm_start(model: Any, tokenizer: Any, pairs: list[tuple[str, str
 
 def _warm_start_step(model: Any, tokenizer: Any, encoded: list[tuple[list[int], list[int]]], spec: TinySpec,
                      gen: Any, opt: Any) -> float:
+    """One AdamW step on a random batch (loss on completion tokens and EOS only)."""
     import torch
 
-    """One AdamW step on a random batch (loss on completion tokens and EOS only)."""
     idx = torch.randint(len(encoded), (spec.sft_batch,), generator=gen).tolist()
     batch = [encoded[i] for i in idx]
     width = max(len(p) + len(c) for p, c in batch)
