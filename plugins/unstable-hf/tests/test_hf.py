@@ -58,6 +58,26 @@ def test_tiny_build_is_deterministic_and_loads_with_from_pretrained(tmp_path):
     assert json.loads((a / "unstable_tiny.json").read_text())["spec"]["seed"] == 0
 
 
+def test_warm_start_games_against_an_opponent_imitate_one_agent_on_many_boards():
+    import re
+
+    from unstable_hf.tiny import _scripted_games
+
+    spec = TinySpec.parse("tiny:TicTacToe-v0-train?sft_agent=first-valid&sft_opponent=random-valid")
+    assert spec.key() != TinySpec.parse("tiny:TicTacToe-v0-train?sft_agent=first-valid").key()
+    pairs = _scripted_games(spec, 20, seed=1, opponent=spec.sft_opponent)
+    alone = _scripted_games(spec, 20, seed=1)
+    assert pairs
+    seats = set()
+    for prompt, completion in pairs:
+        seats.add(re.search(r"You are Player (\d)", prompt).group(1))
+        free = re.findall(r"'\[(\d)\]'", prompt.split("Available Moves:")[-1])
+        assert completion == "\\boxed{[" + free[0] + "]}"  # first-valid's move: random-valid's are not kept
+    assert seats == {"0", "1"}  # the imitated agent sits in both seats
+    boards = {p.split("Current Board:")[-1] for p, _ in pairs}
+    assert len(boards) > 3 * len({p.split("Current Board:")[-1] for p, _ in alone})  # random-valid varies the games
+
+
 def test_completion_carries_ids_logprobs_and_version(tiny_path):
     b = backend(max_tokens=5)
     ref = ModelRef(uid="base", kind="base", backend="hf", model=tiny_path, version=0)

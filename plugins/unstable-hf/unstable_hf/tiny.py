@@ -60,6 +60,9 @@ class TinySpec(BaseModel):
     sft_batch: int = Field(16, ge=1, description="Warm-start batch size.")
     sft_lr: float = Field(2e-3, gt=0, description="Warm-start learning rate (AdamW).")
     sft_agent: str = Field("random-valid", description="Scripted agent imitated by the warm start.")
+    sft_opponent: str | None = Field(
+        None, description="Scripted agent in the other seat of the warm-start games; only sft_agent's moves are imitated (None: sft_agent plays both seats)."
+    )
 
     @classmethod
     def parse(cls, text: str) -> TinySpec:
@@ -83,24 +86,27 @@ class TinySpec(BaseModel):
 
     def key(self) -> str:
         """Cache key: the spec and the version of the build recipe."""
-        return hashlib.sha256((self.model_dump_json() + f"|build{BUILD_VERSION}").encode()).hexdigest()[:16]
+        unset = {"sft_opponent"} if self.sft_opponent is None else None  # keys of earlier specs unchanged
+        return hashlib.sha256((self.model_dump_json(exclude=unset) + f"|build{BUILD_VERSION}").encode()).hexdigest()[:16]
 
 
-def _scripted_games(spec: TinySpec, games: int, seed: int) -> list[tuple[str, str]]:
-    """(prompt, completion) pairs of the scripted agent playing itself on the spec's games,
-    through the components a run uses (env provider, template, scripted backend). Played on an
-    event loop of its own thread, so a build may start from code that runs in a loop."""
+def _scripted_games(spec: TinySpec, games: int, seed: int, opponent: str | None = None) -> list[tuple[str, str]]:
+    """(prompt, completion) pairs of the scripted agent playing itself on the spec's games, or, with
+    `opponent`, only its own pairs against that agent (seats alternating), through the components a
+    run uses (env provider, template, scripted backend). Played on an event loop of its own thread,
+    so a build may start from code that runs in a loop."""
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, _play_scripted(spec, games, seed)).result()
+        return pool.submit(asyncio.run, _play_scripted(spec, games, seed, opponent)).result()
 
 
-async def _play_scripted(spec: TinySpec, games: int, seed: int) -> list[tuple[str, str]]:
+async def _play_scripted(spec: TinySpec, games: int, seed: int, opponent: str | None) -> list[tuple[str, str]]:
     from unstable_core import EnvSpec, GenerationRequest, ModelRef, build_component
 
     template = build_component("template", spec.template)
     provider = build_component("env", "textarena")
     agent = build_component("inference", "scripted")
     ref = ModelRef(uid=spec.sft_agent, model=spec.sft_agent)
+    other = ModelRef(uid=opponent, model=opponent) if opponent else ref
     rng = random.Random(seed)
     pairs = []
     for g in range(games):
@@ -109,11 +115,13 @@ async def _play_scripted(spec: TinySpec, games: int, seed: int) -> list[tuple[st
         game.reset(num_players=2, seed=rng.getrandbits(31))
         done, turns = False, 0
         while not done and turns < 100:
-            _pid, obs = game.observe()
+            pid, obs = game.observe()
             prompt = template.render(obs)
-            request = GenerationRequest(model=ref, prompt=prompt, observation=obs, seed=rng.getrandbits(31))
+            imitated = opponent is None or pid == g % 2
+            request = GenerationRequest(model=ref if imitated else other, prompt=prompt, observation=obs, seed=rng.getrandbits(31))
             completion = (await agent.generate(request)).text
-            pairs.append((prompt, completion))
+            if imitated:
+                pairs.append((prompt, completion))
             done, _ = game.step(template.extract(completion)[0])
             turns += 1
         game.close()
@@ -220,7 +228,7 @@ def build_tiny(spec: TinySpec, path: str | os.PathLike[str], log: Any = None) ->
     model = build_model(spec, tokenizer)
     losses: list[float] = []
     if spec.sft_steps:
-        pairs = _scripted_games(spec, max(50, spec.corpus_games), spec.seed + 1)
+        pairs = _scripted_games(spec, max(50, spec.corpus_games), spec.seed + 1, spec.sft_opponent)
         losses = supervised_warm_start(model, tokenizer, pairs, spec, log)
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(path)
