@@ -38,6 +38,16 @@ def test_tiny_spec_parse():
     for bad in ("tinyx", "tiny?nope=1", "tiny?seed=abc"):
         with pytest.raises(ValueError):
             TinySpec.parse(bad)
+    with pytest.raises(ValueError, match=r"sft_opponent: String should have at least 1 character"):
+        TinySpec.parse("tiny?sft_opponent=")  # the key is named, not only "1 validation error"
+
+
+def test_an_unknown_warm_start_agent_is_named_before_anything_is_built(tmp_path):
+    for key in ("sft_agent", "sft_opponent"):
+        spec = TinySpec.parse(f"tiny?{key}=randm-valid")
+        with pytest.raises(ValueError, match=rf"tiny model: {key}: unknown scripted agent 'randm-valid'. Did you mean 'random-valid'"):
+            build_tiny(spec, tmp_path / key)
+        assert not (tmp_path / key).exists()
 
 
 def test_tiny_build_is_deterministic_and_loads_with_from_pretrained(tmp_path):

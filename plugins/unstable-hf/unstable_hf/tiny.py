@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from unstable_core.progress import task
 
 from .loading import quiet_third_party
@@ -59,9 +59,10 @@ class TinySpec(BaseModel):
     sft_steps: int = Field(150, ge=0, description="Supervised warm-start steps (0: none).")
     sft_batch: int = Field(16, ge=1, description="Warm-start batch size.")
     sft_lr: float = Field(2e-3, gt=0, description="Warm-start learning rate (AdamW).")
-    sft_agent: str = Field("random-valid", description="Scripted agent imitated by the warm start.")
+    sft_agent: str = Field("random-valid", min_length=1, description="Scripted agent imitated by the warm start.")
     sft_opponent: str | None = Field(
-        None, description="Scripted agent in the other seat of the warm-start games; only sft_agent's moves are imitated (None: sft_agent plays both seats)."
+        None, min_length=1,
+        description="Scripted agent in the other seat of the warm-start games; only sft_agent's moves are imitated (None: sft_agent plays both seats).",
     )
 
     @classmethod
@@ -82,7 +83,24 @@ class TinySpec(BaseModel):
             if key not in cls.model_fields or key == "env_ids":
                 raise ValueError(f"bad tiny model spec {text!r}: unknown key {key!r}")
             data[key] = value
-        return cls.model_validate(data)
+        try:
+            return cls.model_validate(data)
+        except ValidationError as e:
+            problems = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
+            raise ValueError(f"bad tiny model spec {text!r}: {problems}") from None
+
+    def check_agents(self) -> None:
+        """Raise ValueError naming the key if sft_agent or sft_opponent is no scripted agent."""
+        from unstable_core import ModelRef, get_plugin_system
+
+        scripted = get_plugin_system().get("inference", "scripted")
+        for key in ("sft_agent", "sft_opponent"):
+            name = getattr(self, key)
+            if name is not None:
+                try:
+                    scripted.check_model(ModelRef(uid=name, model=name))
+                except ValueError as e:
+                    raise ValueError(f"tiny model: {key}: {e}") from None
 
     def key(self) -> str:
         """Cache key: the spec and the version of the build recipe."""
@@ -219,6 +237,7 @@ def _warm_start_step(model: Any, tokenizer: Any, encoded: list[tuple[list[int], 
 def build_tiny(spec: TinySpec, path: str | os.PathLike[str], log: Any = None) -> Path:
     """Build the tokenizer and model (and the warm start) and save them to `path`."""
     path = Path(path)
+    spec.check_agents()  # before any game is played
     quiet_third_party()
     with task(f"playing {spec.corpus_games} scripted games for the tiny model's corpus"):
         corpus = _scripted_games(spec, spec.corpus_games, spec.seed)
