@@ -30,6 +30,9 @@ def test_components_show_options(cli):
     assert opts["tau"]["type"] == "float" and opts["tau"]["default"] == 0.02 and opts["tau"]["description"]
     table = cli("components", "show", "buffer", "step", env={"COLUMNS": "200"})
     assert "capacity" in table.stdout and "1024" in table.stdout
+    # option text is printed as written, not read as rich markup (which would drop "[a-z]" and "[bet]")
+    fmt = cli("components", "show", "reward_transform", "reward-for-format", env={"COLUMNS": "250"})
+    assert "'\\\\boxed\\{\\[[a-z]+\\]\\}'" in fmt.stdout
     missing = cli("components", "show", "buffer", "stepp")
     assert missing.returncode == 2 and "Did you mean 'step'" in missing.stderr and "Traceback" not in missing.stderr
 

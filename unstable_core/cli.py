@@ -120,6 +120,7 @@ def plugins_list(show_all: bool, as_json: bool) -> None:
         _print_json([r.as_dict() for r in records])
         return
     from rich.table import Table
+    from rich.text import Text
 
     if not records:
         click.echo("No plugins installed (use --all to include the built-ins).")
@@ -130,9 +131,9 @@ def plugins_list(show_all: bool, as_json: bool) -> None:
     colour = {"active": "green", "disabled": "yellow", "error": "red"}
     for r in records:
         status = f"[{colour[r.status]}]{r.status}[/]"
-        comps = ", ".join(r.components) if r.status != "error" else f"[red]{r.error}[/]"
+        comps = Text(", ".join(r.components)) if r.status != "error" else Text(r.error or "", style="red")
         hooks = ", ".join(h for h in r.hooks if h.startswith("unstable_"))
-        table.add_row(r.name, r.package, r.version, status, comps, hooks)
+        table.add_row(*map(Text, (r.name, r.package, r.version)), status, comps, hooks)
     _console().print(table)
 
 
@@ -178,12 +179,14 @@ def components_list(kind: str | None, as_json: bool) -> None:
         _print_json(rows)
         return
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title="unstable components")
     for col in ("Kind", "Name", "Summary", "Plugin"):
         table.add_column(col, overflow="fold")
-    for r in rows:
-        table.add_row(r["kind"], r["name"], r["summary"] + (f" ({r['stage']})" if "stage" in r else ""), r["plugin"])
+    for r in rows:  # plugin text is printed as written: "[check]" or "list[str]" is not rich markup
+        summary = r["summary"] + (f" ({r['stage']})" if "stage" in r else "")
+        table.add_row(*map(Text, (r["kind"], r["name"], summary, r["plugin"])))
     _console().print(table)
 
 
@@ -202,9 +205,10 @@ def components_show(kind: str, name: str, as_json: bool) -> None:
                      "version": rec.version, "options": rows})
         return
     from rich.table import Table
+    from rich.text import Text
 
     console = _console()
-    console.print(f"[bold]{kind}:{name}[/] - {spec.summary}\nfrom plugin {rec.name} ({rec.package} {rec.version})")
+    console.print(Text.assemble((f"{kind}:{name}", "bold"), f" - {spec.summary}\nfrom plugin {rec.name} ({rec.package} {rec.version})"))
     if not rows:
         console.print("no options")
         return
@@ -212,7 +216,8 @@ def components_show(kind: str, name: str, as_json: bool) -> None:
     for col in ("Option", "Type", "Default", "Description"):
         table.add_column(col, overflow="fold")
     for r in rows:
-        table.add_row(r["name"], r["type"], "(required)" if r["required"] else repr(r["default"]), r["description"])
+        default = "(required)" if r["required"] else repr(r["default"])
+        table.add_row(*map(Text, (r["name"], r["type"], default, r["description"])))
     console.print(table)
 
 
