@@ -32,7 +32,8 @@ class TestWins(RaterContract):
 
 
 @pytest.mark.parametrize("tname", ["win-draw-loss", "role-advantage", "role-advantage-by-env", "reward-for-format",
-                                   "penalty-for-invalid-move", "normalize", "normalize-by-env"])
+                                   "penalty-for-invalid-move", "penalty-for-truncation", "normalize", "normalize-by-env",
+                                   "scale-negative"])
 class TestTransforms(RewardTransformContract):
     @pytest.fixture
     def spec(self, system, tname):

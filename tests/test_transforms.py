@@ -6,7 +6,8 @@ import pytest
 
 from unstable_core.builtin.transforms import (
     InvalidMoveOptions, Normalize, NormalizeOptions, PenaltyForInvalidMove, PenaltyForTruncation, RewardForFormat,
-    RewardForFormatOptions, RoleAdvantage, RoleAdvantageOptions, TruncationOptions, win_draw_loss, zscore,
+    RewardForFormatOptions, RoleAdvantage, RoleAdvantageOptions, ScaleNegative, ScaleNegativeOptions, TruncationOptions,
+    win_draw_loss, zscore,
 )
 from unstable_core.types import Step, Turn
 
@@ -57,6 +58,22 @@ def test_reward_for_format_and_invalid_penalty():
     assert p(f(step(1.0, fmt=False, invalid=True))).final_reward == 1.0
 
 
+def test_reward_for_format_exact_pattern():
+    exact = RewardForFormat(RewardForFormatOptions(reward=0.5, penalty=-1.0, exact=r"\\boxed\{\[[a-z]+\]\}"))
+
+    def answer(completion, fmt=True):
+        return step(0.0, fmt=fmt).model_copy(update={"turn": step(0.0, fmt=fmt).turn.model_copy(update={"completion": completion})})
+
+    assert exact(answer("\\boxed{[bet]}\n")).reward == 0.5
+    # the template found a box (format_ok), but there is text around or inside it
+    assert exact(answer("\\boxed{[ card\\boxed{[bet]}")).reward == -1.0
+    assert exact(answer("so \\boxed{[bet]}")).reward == -1.0
+    assert exact(answer("\\boxed{[]}")).reward == -1.0
+    assert exact(answer("\\boxed{[bet]}", fmt=False)).reward == -1.0  # the template's verdict still counts
+    with pytest.raises(ValueError, match="not a regular expression"):
+        RewardForFormatOptions(exact="[unclosed")
+
+
 def test_truncation_penalty():
     cut = PenaltyForTruncation(TruncationOptions())
     assert cut(step(1.0, truncated=True)).reward == 0.0 and cut(step(1.0, truncated=True)).final_reward == 1.0
@@ -82,6 +99,18 @@ def test_normalize_by_env_groups():
     steps = [step(1, "A"), step(-1, "A"), step(5, "B"), step(5, "B")]
     out = Normalize(NormalizeOptions(eps=1e-8), by_env=True)(steps)
     assert [o.reward for o in out] == pytest.approx([1, -1, 0, 0], abs=1e-6)
+
+
+def test_scale_negative_after_normalize():
+    normed = Normalize(NormalizeOptions(eps=1e-12), by_env=False)([step(r) for r in (1, -1, 1, 3)])
+    s = math.sqrt(2)
+    half = ScaleNegative(ScaleNegativeOptions(scale=0.5))(normed)
+    assert [o.reward for o in half] == pytest.approx([0, -1 / s, 0, 2 / s])
+    assert [o.final_reward for o in half] == [1, -1, 1, 3]
+    assert [o.reward for o in ScaleNegative(ScaleNegativeOptions())(normed)] == pytest.approx([0, 0, 0, 2 / s])
+    assert [o.reward for o in ScaleNegative(ScaleNegativeOptions(scale=1.0))(normed)] == [o.reward for o in normed]
+    with pytest.raises(ValueError):
+        ScaleNegativeOptions(scale=1.5)
 
 
 def test_std_plus_eps_denominator():

@@ -2,17 +2,18 @@
 
 final     win-draw-loss, role-advantage, role-advantage-by-env
 step      reward-for-format, penalty-for-invalid-move, penalty-for-truncation
-sampling  normalize, normalize-by-env
+sampling  normalize, normalize-by-env, scale-negative
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 from collections.abc import Hashable
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .. import hookimpl
 from ..components import NoOptions, RewardTransformSpec
@@ -77,14 +78,29 @@ class RoleAdvantage:
 class RewardForFormatOptions(_Opts):
     reward: float = Field(0.25, description="Added when the completion followed the answer format.")
     penalty: float = Field(-0.25, description="Added when it did not.")
+    exact: str | None = Field(None, description="A regular expression the whole completion (stripped) must match to "
+                              "count as in format, on top of the template's own check; e.g. a single boxed action "
+                              "and nothing else: '\\\\boxed\\{\\[[a-z]+\\]\\}'.")
+
+    @field_validator("exact")
+    @classmethod
+    def _compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as e:
+                raise ValueError(f"not a regular expression: {e}") from None
+        return value
 
 
 class RewardForFormat:
     def __init__(self, options: RewardForFormatOptions) -> None:
         self.o = options
+        self.exact = re.compile(options.exact) if options.exact is not None else None
 
     def __call__(self, step: Step) -> Step:
-        bonus = self.o.reward if step.turn.format_ok else self.o.penalty
+        ok = step.turn.format_ok and (self.exact is None or self.exact.fullmatch(step.turn.completion.strip()) is not None)
+        bonus = self.o.reward if ok else self.o.penalty
         return step.model_copy(update={"reward": step.reward + bonus})
 
 
@@ -157,6 +173,25 @@ class Normalize:
         return out
 
 
+class ScaleNegativeOptions(_Opts):
+    scale: float = Field(0.0, ge=0.0, le=1.0, description="Factor on every negative advantage: 0 drops those steps "
+                         "(with the zero-advantage filter), 1 leaves them as they are.")
+
+
+class ScaleNegative:
+    """Shrinks negative advantages (after ``normalize``): an update then mostly raises the
+    probability of what did better than the batch, instead of lowering what did worse. Lowering a
+    sampled token's probability moves its mass to every other token, the never-sampled tail of the
+    vocabulary included; raising one takes mass from all of them. ``scale = 0`` keeps the positive
+    half only (filtered behaviour cloning, as RAFT and ReST do)."""
+
+    def __init__(self, options: ScaleNegativeOptions) -> None:
+        self.o = options
+
+    def __call__(self, steps: list[Step]) -> list[Step]:
+        return [s.model_copy(update={"reward": s.reward * self.o.scale}) if s.reward < 0 else s for s in steps]
+
+
 def _spec(name: str, stage: str, summary: str, config: type[BaseModel], factory: Any) -> RewardTransformSpec:
     return RewardTransformSpec(name=name, stage=stage, summary=summary, config=config, factory=factory)
 
@@ -173,4 +208,6 @@ def unstable_reward_transforms() -> list[RewardTransformSpec]:
               lambda o, ctx: PenaltyForTruncation(o)),
         _spec("normalize", "sampling", "z-score rewards over the batch (std + eps)", NormalizeOptions, lambda o, ctx: Normalize(o, by_env=False)),
         _spec("normalize-by-env", "sampling", "z-score rewards per env within the batch", NormalizeOptions, lambda o, ctx: Normalize(o, by_env=True)),
+        _spec("scale-negative", "sampling", "Multiply negative advantages by scale (0 keeps the positive steps only)",
+              ScaleNegativeOptions, lambda o, ctx: ScaleNegative(o)),
     ]
