@@ -133,6 +133,12 @@ def test_config_check_cli(cli, tmp_path):
     bad = write(tmp_path, GOOD + "\n[training]\nbatch_size = -3\n")
     proc = cli("config", "check", str(bad))
     assert proc.returncode == 2 and "training.batch_size" in proc.stderr and "Traceback" not in proc.stderr
+    for override, key, fragment in (('reward.step=[{name="reward-for-format",exact="[oops"}]', "reward.step.0.exact",
+                                     "not a regular expression"),
+                                    ('reward.sampling=[{name="scale-negative",scale=2}]', "reward.sampling.0.scale",
+                                     "less than or equal to 1")):
+        proc = cli("config", "check", "examples/kuhn-tiny.toml", "--set", override)
+        assert proc.returncode == 2 and f"{key}: " in proc.stderr and fragment in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_a_component_checks_its_options_against_the_rest_of_the_run(tmp_path, make_plugin_system):
