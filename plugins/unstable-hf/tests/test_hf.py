@@ -131,21 +131,54 @@ def test_requests_in_flight_are_batched(tiny_path):
     assert len(outs) == 16 and max(b.batches) > 1 and sum(b.batches) == 16
 
 
-def _adapter(tiny_path, out, seed):
+def _adapter(tiny_path, out, seed, modules_to_save=(), norm_scale=1.0):
     from peft import get_peft_model
     from transformers import AutoModelForCausalLM
 
     from unstable_hf.loading import lora_config
     from unstable_hf.options import LoraOptions
 
-    m = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_path), lora_config(LoraOptions(rank=4, alpha=8)))
+    options = LoraOptions(rank=4, alpha=8, modules_to_save=list(modules_to_save))
+    m = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_path), lora_config(options))
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for n, p in m.named_parameters():
             if "lora_" in n:
                 p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+            elif "modules_to_save" in n:
+                p.mul_(norm_scale)
     m.save_pretrained(out)
     return str(out)
+
+
+def test_an_adapter_with_a_trained_final_norm_is_served_with_it(tiny_path, tmp_path):
+    """``lora.modules_to_save = ["model.norm"]``: the checkpoint carries the final RMSNorm gain and
+    the backend generates with it; an adapter with the same LoRA weights but no saved norm, and the
+    base model, keep the base gain (the logprobs are recomputed with peft's own loading)."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    with_norm = _adapter(tiny_path, tmp_path / "norm", 0, modules_to_save=["model.norm"], norm_scale=3.0)
+    without = _adapter(tiny_path, tmp_path / "plain", 0)
+    saved = json.loads((tmp_path / "norm" / "adapter_config.json").read_text())["modules_to_save"]
+    assert saved == ["model.norm"]
+    b = backend(max_tokens=4)
+    refs = {name: ModelRef(uid=name, kind="checkpoint", backend="hf", model=tiny_path, adapter_path=path, version=1)
+            for name, path in (("norm", with_norm), ("plain", without))}
+    refs["base"] = ModelRef(uid="base", kind="base", backend="hf", model=tiny_path)
+    outs = {name: asyncio.run(b.generate(GenerationRequest(model=ref, prompt="Your card is: 'K'", seed=3)))
+            for name, ref in refs.items()}
+    for name, path in (("norm", with_norm), ("plain", without), ("base", None)):
+        model = AutoModelForCausalLM.from_pretrained(tiny_path)
+        model = PeftModel.from_pretrained(model, path) if path else model
+        out = outs[name]
+        ids = torch.tensor([out.prompt_token_ids + out.completion_token_ids])
+        with torch.no_grad():
+            logp = torch.log_softmax(model(input_ids=ids).logits[0].float(), -1)
+        p = len(out.prompt_token_ids)
+        assert out.logprobs == pytest.approx([float(logp[p - 1 + j, t]) for j, t in enumerate(out.completion_token_ids)], abs=1e-4)
+    # the gain made a difference: three times the gain sharpens the same LoRA's distribution
+    assert outs["norm"].logprobs[0] != pytest.approx(outs["plain"].logprobs[0], abs=1e-3)
 
 
 def test_adapters(tiny_path, tmp_path):

@@ -87,6 +87,7 @@ def lora_config(options: LoraOptions) -> Any:
         lora_alpha=options.alpha,
         lora_dropout=options.dropout,
         target_modules=list(options.target_modules),
+        modules_to_save=list(options.modules_to_save) or None,
         task_type="CAUSAL_LM",
     )
 

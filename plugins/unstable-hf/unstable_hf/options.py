@@ -18,6 +18,13 @@ class LoraOptions(BaseModel):
     alpha: float = Field(32, gt=0, description="LoRA alpha (scaling = alpha / rank).")
     dropout: float = Field(0.0, ge=0, lt=1, description="LoRA dropout.")
     target_modules: list[str] = Field(default_factory=lambda: list(SEVEN_PROJECTIONS), description="Module names that get adapters.")
+    modules_to_save: list[str] = Field(
+        default_factory=list,
+        description="Modules trained whole and saved in the adapter beside the LoRA weights (peft's modules_to_save; "
+        "a name matches a module whose path ends with it). E.g. ['model.norm'], the final RMSNorm gain: with it "
+        "frozen, LoRA can only turn the last hidden state, not lengthen it, which caps how sure the next token can be. "
+        "Served by hf; vLLM serves LoRA weights only.",
+    )
 
 
 class ModelLoadOptions(BaseModel):

@@ -82,6 +82,31 @@ def test_exactly_one_step_per_update_and_preclip_norm(tiny_path):
     assert L.version == 2
 
 
+def test_modules_to_save_trains_the_final_norm_and_saves_it(tiny_path, tmp_path):
+    """``lora.modules_to_save = ["model.norm"]``: the final RMSNorm gain is trained (a copy: the
+    base model's stays as it was) and saved in the checkpoint, which peft loads back exactly."""
+    from peft import PeftModel
+    from safetensors import safe_open
+    from transformers import AutoModelForCausalLM
+
+    L = learner(tiny_path, lr=1e-2, lora={"rank": 4, "alpha": 8, "modules_to_save": ["model.norm"]})
+    randomize_lora(L.model)
+    names = [n for n in L.trainable() if "lora_" not in n]
+    assert names == ["base_model.model.model.norm.modules_to_save.default.weight"]
+    gain = dict(L.model.named_parameters())[names[0]]
+    base_gain = AutoModelForCausalLM.from_pretrained(tiny_path).model.norm.weight.detach()
+    assert torch.equal(gain.detach(), base_gain)
+    L.update(Batch(steps=[step([5, 6, 7], [9, 3], 1.0), step([8, 9], [10, 3], -1.0)], learner_version=0))
+    assert not torch.equal(gain.detach(), base_gain)
+    ckpt = L.save_checkpoint(str(tmp_path / "ckpt-1"), "ckpt-1")
+    with safe_open(os.path.join(ckpt.path, "adapter_model.safetensors"), "pt") as f:
+        assert torch.equal(f.get_tensor("base_model.model.model.norm.weight"), gain.detach())
+    ids = torch.tensor([[5, 6, 7, 8, 9]])
+    with torch.no_grad():
+        loaded = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_path), ckpt.path)
+        assert torch.equal(L.model(input_ids=ids).logits, loaded(input_ids=ids).logits)
+
+
 def test_truncation_keeps_completion(tiny_path):
     L = learner(tiny_path, max_train_len=5)
     (seq,) = sequences([step(list(range(20, 30)), [9, 10, 3], 1.0)], L.options.max_train_len)

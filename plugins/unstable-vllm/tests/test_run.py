@@ -85,6 +85,12 @@ def test_a_learner_rank_above_max_lora_rank_fails_config_check_naming_both():
     assert "inference: max_lora_rank = 16 cannot hold the learner's LoRA rank 32: set inference.max_lora_rank = 32" in done.stderr
 
 
+def test_learner_modules_to_save_fail_config_check_under_vllm():
+    done = config_check('learner.lora.modules_to_save=["model.norm"]')
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "inference: vLLM serves LoRA weights only, not the learner's lora.modules_to_save ['model.norm']" in done.stderr
+
+
 def test_a_rank_vllm_has_no_slot_for_fails_config_check():
     done = config_check("inference.max_lora_rank=12")
     assert done.returncode == 2 and "Traceback" not in done.stderr

@@ -26,9 +26,15 @@ def check_model(ref: ModelRef) -> None:
 
 
 def check_run(options: VLLMInferenceOptions, components: Mapping[str, Any]) -> None:
-    """The learner's LoRA rank must fit in vLLM's adapter slots (``max_lora_rank``)."""
+    """The learner's LoRA rank must fit in vLLM's adapter slots (``max_lora_rank``), and its
+    adapters must hold LoRA weights only (vLLM loads no ``modules_to_save``)."""
     learner = components.get("learner")
-    rank = getattr(getattr(learner, "lora", None), "rank", None)
+    lora = getattr(learner, "lora", None)
+    rank = getattr(lora, "rank", None)
+    saved = getattr(lora, "modules_to_save", None)
+    if saved:
+        raise ValueError(f"vLLM serves LoRA weights only, not the learner's lora.modules_to_save {list(saved)}: "
+                         "leave it empty, or use inference name = 'hf'")
     if options.enable_lora and isinstance(rank, int) and rank > options.max_lora_rank:
         fit = smallest_rank_at_least(rank)
         hint = f"set inference.max_lora_rank = {fit}" if fit else "vLLM serves no adapter of that rank"
