@@ -180,10 +180,9 @@ class ScaleNegativeOptions(_Opts):
 
 class ScaleNegative:
     """Shrinks negative advantages (after ``normalize``): an update then mostly raises the
-    probability of what did better than the batch, instead of lowering what did worse. Lowering a
-    sampled token's probability moves its mass to every other token, the never-sampled tail of the
-    vocabulary included; raising one takes mass from all of them. ``scale = 0`` keeps the positive
-    half only (filtered behaviour cloning, as RAFT and ReST do)."""
+    probability of what did better than the batch, instead of lowering what did worse. ``scale =
+    0`` keeps the positive half only (filtered behaviour cloning, as RAFT and ReST do); on the main
+    job it learns as much in fewer, faster updates (docs/learning.md)."""
 
     def __init__(self, options: ScaleNegativeOptions) -> None:
         self.o = options
