@@ -98,9 +98,15 @@ def test_without_a_shared_filesystem_replicas_serve_past_checkpoints_from_their_
             saved = [await roles.learner.save(str(tmp_path / "run" / "checkpoints" / uid), uid) for uid in ("ckpt-1", "ckpt-2")]
             for ckpt in saved:
                 assert await rollout.set_policy(ckpt) == ckpt.version
-            import ray
+            import os
 
-            ray.kill(rollout.actor, no_restart=True)
+            import ray
+            from ray.exceptions import RayActorError
+
+            # the actor's process exits while serving this call: it is dead once the call fails
+            # (ray.kill only asks for the kill, so a call sent right after it may still be served)
+            with pytest.raises(RayActorError):
+                await rollout.actor.__ray_call__.remote(lambda actor: os._exit(1))
             assert await rollout.play([]) == [] and executor.restarts == 1  # restarted, checkpoints re-sent
             shutil.move(tmp_path / "run" / "checkpoints", tmp_path / "moved")
             past = checkpoint_ref(saved[0], job.plan.config.model_ref())
