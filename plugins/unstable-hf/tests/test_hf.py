@@ -226,3 +226,19 @@ def test_tiny_shorthand_resolves_to_cached_build(tmp_path):
     mtime = os.path.getmtime(os.path.join(p1, "model.safetensors"))
     assert resolve_model_path(spec, opts) == p1 and os.path.getmtime(os.path.join(p1, "model.safetensors")) == mtime
     assert resolve_model_path("Qwen/Qwen3-1.7B-Base", opts) == "Qwen/Qwen3-1.7B-Base"
+
+
+def test_modules_to_save_naming_no_module_fails_naming_the_key(tiny_path):
+    """peft skips a ``modules_to_save`` name that matches no module; a typo would train nothing
+    extra, silently. It fails instead, naming the key and the model's norms."""
+    from transformers import AutoModelForCausalLM
+
+    from unstable_hf.loading import with_lora
+    from unstable_hf.options import LoraOptions
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_path)
+    with pytest.raises(ValueError, match=r"lora.modules_to_save: 'nope.norm' names no module of the model .*'model.norm'"):
+        with_lora(model, LoraOptions(rank=4, alpha=8, modules_to_save=["nope.norm"]))
+    wrapped = with_lora(model, LoraOptions(rank=4, alpha=8, modules_to_save=["model.norm"]))
+    assert [n for n, p in wrapped.named_parameters() if p.requires_grad and "lora_" not in n] == [
+        "base_model.model.model.norm.modules_to_save.default.weight"]

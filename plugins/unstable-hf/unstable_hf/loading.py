@@ -96,4 +96,9 @@ def with_lora(model: Any, options: LoraOptions) -> Any:
     """Wrap a model in a fresh peft LoRA adapter named 'default'."""
     from peft import get_peft_model
 
+    modules = [name for name, _ in model.named_modules()]
+    for wanted in options.modules_to_save:  # peft would skip a name that matches nothing, silently
+        if not any(name.endswith(wanted) for name in modules):  # peft matches by suffix, too
+            norms = [name for name in modules if name.endswith("norm")][-3:]
+            raise ValueError(f"lora.modules_to_save: {wanted!r} names no module of the model (its last norms: {norms})")
     return get_peft_model(model, lora_config(options))
