@@ -48,6 +48,7 @@ _LAZY = {
     **{n: "runtime.plan" for n in ("build_component", "RunPlan", "Recipe")},
     **{n: "runtime.roles" for n in ("RoleHandles", "build_role")},
     **{n: "runtime.registry" for n in ("ModelRegistry", "ModelEntry", "checkpoint_ref")},
+    **{n: "builtin.inference_scripted" for n in ("valid_moves",)},
 }
 
 __all__ = ["__version__", "hookimpl", *_LAZY]

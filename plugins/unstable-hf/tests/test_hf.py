@@ -79,13 +79,63 @@ def test_warm_start_games_against_an_opponent_imitate_one_agent_on_many_boards()
     alone = _scripted_games(spec, 20, seed=1)
     assert pairs
     seats = set()
-    for prompt, completion in pairs:
+    for prompt, [completion] in pairs:
         seats.add(re.search(r"You are Player (\d)", prompt).group(1))
         free = re.findall(r"'\[(\d)\]'", prompt.split("Available Moves:")[-1])
         assert completion == "\\boxed{[" + free[0] + "]}"  # first-valid's move: random-valid's are not kept
     assert seats == {"0", "1"}  # the imitated agent sits in both seats
     boards = {p.split("Current Board:")[-1] for p, _ in pairs}
     assert len(boards) > 3 * len({p.split("Current Board:")[-1] for p, _ in alone})  # random-valid varies the games
+
+
+def test_all_valid_targets_are_every_available_move_of_each_imitated_position():
+    import re
+
+    from unstable_hf.tiny import _scripted_games
+
+    spec = TinySpec.parse("tiny:TicTacToe-v0-train?sft_targets=all-valid")
+    assert spec.key() != TinySpec.parse("tiny:TicTacToe-v0-train").key()
+    assert TinySpec.parse("tiny?sft_targets=agent").key() == TinySpec.parse("tiny").key()  # earlier caches stay valid
+    with pytest.raises(ValueError, match=r"sft_targets: Input should be 'agent' or 'all-valid'"):
+        TinySpec.parse("tiny?sft_targets=all")
+    pairs = _scripted_games(spec, 10, seed=1, all_valid=True)
+    assert [p for p, _ in pairs] == [p for p, _ in _scripted_games(spec, 10, seed=1)]  # the same games
+    sizes = set()
+    for prompt, completions in pairs:
+        free = re.findall(r"'\[(\d)\]'", prompt.split("Available Moves:")[-1])
+        assert completions == ["\\boxed{[" + cell + "]}" for cell in free]
+        sizes.add(len(completions))
+    assert max(sizes) == 9 and min(sizes) < 6
+
+
+def _probabilities(model, tok, prompt, answers):
+    ids = tok(prompt, add_special_tokens=False)["input_ids"]
+    out = []
+    for answer in answers:
+        completion = tok(answer, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        with torch.no_grad():
+            logprobs = torch.log_softmax(model(torch.tensor([ids + completion])).logits[0, len(ids) - 1 : -1], -1)
+        out.append(float(logprobs.gather(1, torch.tensor(completion)[:, None]).sum().exp()))
+    return out
+
+
+def test_a_warm_start_on_several_answers_learns_their_even_mixture_and_on_one_answer_that_answer():
+    from unstable_hf.tiny import build_model, supervised_warm_start, train_tokenizer
+
+    spec = TinySpec.parse("tiny?sft_steps=60&sft_batch=2&sft_lr=5e-3&hidden=64&heads=2&kv_heads=1&intermediate=64&vocab_size=400")
+    prompts = [f"<|im_start|>user\nBoard {b}: pick a cell<|im_end|>\n<|im_start|>assistant\n" for b in ("A", "B")]
+    answers = ["\\boxed{[1]}", "\\boxed{[7]}", "\\boxed{[4]}"]
+    tok = train_tokenizer(prompts + answers, spec.vocab_size)
+    mixture = build_model(spec, tok)
+    losses = supervised_warm_start(mixture, tok, [(prompts[0], answers[:2]), (prompts[1], answers[1:])], spec)
+    single = build_model(spec, tok)
+    supervised_warm_start(single, tok, [(prompts[0], answers[:1]), (prompts[1], answers[2:])], spec)
+    p1, p7, p4 = _probabilities(mixture, tok, prompts[0], answers)
+    assert 0.35 < p1 < 0.65 and 0.35 < p7 < 0.65 and p4 < 0.05, (p1, p7, p4)  # half each, the other prompt's answer not
+    q7, q4 = _probabilities(mixture, tok, prompts[1], answers[1:])
+    assert 0.35 < q7 < 0.65 and 0.35 < q4 < 0.65, (q7, q4)
+    assert _probabilities(single, tok, prompts[0], answers[:1])[0] > 0.9
+    assert losses[-1] < losses[0]
 
 
 def test_completion_carries_ids_logprobs_and_version(tiny_path):

@@ -24,13 +24,14 @@ import random
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import parse_qsl
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from unstable_core.progress import task
 
 from .loading import quiet_third_party
+from .warm_start import Targets, supervised_warm_start
 
 #: bumped whenever the build gives another model for the same spec (cached models are rebuilt)
 BUILD_VERSION = 2
@@ -63,6 +64,12 @@ class TinySpec(BaseModel):
     sft_opponent: str | None = Field(
         None, min_length=1,
         description="Scripted agent in the other seat of the warm-start games; only sft_agent's moves are imitated (None: sft_agent plays both seats).",
+    )
+    sft_targets: Literal["agent", "all-valid"] = Field(
+        "agent",
+        description="What the warm start imitates at each of sft_agent's positions: its answer (agent), or every valid "
+        "move of the position, equally weighted (all-valid: the distribution random-valid samples from, learned "
+        "without its sampling noise; sft_agent then only plays the games).",
     )
 
     @classmethod
@@ -104,21 +111,23 @@ class TinySpec(BaseModel):
 
     def key(self) -> str:
         """Cache key: the spec and the version of the build recipe."""
-        unset = {"sft_opponent"} if self.sft_opponent is None else None  # keys of earlier specs unchanged
+        # keys of earlier specs unchanged: options at their defaults that were added later are left out
+        unset = {k for k, default in (("sft_opponent", None), ("sft_targets", "agent")) if getattr(self, k) == default}
         return hashlib.sha256((self.model_dump_json(exclude=unset) + f"|build{BUILD_VERSION}").encode()).hexdigest()[:16]
 
 
-def _scripted_games(spec: TinySpec, games: int, seed: int, opponent: str | None = None) -> list[tuple[str, str]]:
-    """(prompt, completion) pairs of the scripted agent playing itself on the spec's games, or, with
+def _scripted_games(spec: TinySpec, games: int, seed: int, opponent: str | None = None, all_valid: bool = False) -> Targets:
+    """(prompt, [completion]) pairs of the scripted agent playing itself on the spec's games, or, with
     `opponent`, only its own pairs against that agent (seats alternating), through the components a
-    run uses (env provider, template, scripted backend). Played on an event loop of its own thread,
-    so a build may start from code that runs in a loop."""
+    run uses (env provider, template, scripted backend). With `all_valid`, each prompt's completions
+    are every valid move of the position instead of the agent's answer. Played on an event loop of
+    its own thread, so a build may start from code that runs in a loop."""
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, _play_scripted(spec, games, seed, opponent)).result()
+        return pool.submit(asyncio.run, _play_scripted(spec, games, seed, opponent, all_valid)).result()
 
 
-async def _play_scripted(spec: TinySpec, games: int, seed: int, opponent: str | None) -> list[tuple[str, str]]:
-    from unstable_core import EnvSpec, GenerationRequest, ModelRef, build_component
+async def _play_scripted(spec: TinySpec, games: int, seed: int, opponent: str | None, all_valid: bool) -> Targets:
+    from unstable_core import EnvSpec, GenerationRequest, ModelRef, build_component, valid_moves
 
     template = build_component("template", spec.template)
     provider = build_component("env", "textarena")
@@ -139,7 +148,8 @@ async def _play_scripted(spec: TinySpec, games: int, seed: int, opponent: str | 
             request = GenerationRequest(model=ref if imitated else other, prompt=prompt, observation=obs, seed=rng.getrandbits(31))
             completion = (await agent.generate(request)).text
             if imitated:
-                pairs.append((prompt, completion))
+                moves = valid_moves(obs) if all_valid else []
+                pairs.append((prompt, [f"\\boxed{{{m}}}" for m in moves] or [completion]))
             done, _ = game.step(template.extract(completion)[0])
             turns += 1
         game.close()
@@ -187,53 +197,6 @@ def build_model(spec: TinySpec, tokenizer: Any) -> Any:
     return Qwen3ForCausalLM(config)
 
 
-def supervised_warm_start(model: Any, tokenizer: Any, pairs: list[tuple[str, str]], spec: TinySpec, log: Any = None) -> list[float]:
-    """Full fine-tuning on (prompt, completion) pairs: loss on completion tokens and EOS only."""
-    import torch
-
-    gen = torch.Generator().manual_seed(spec.seed)
-    encoded = []
-    for prompt, completion in pairs:
-        p = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        c = tokenizer(completion, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-        encoded.append((p, c))
-    opt = torch.optim.AdamW(model.parameters(), lr=spec.sft_lr, weight_decay=0.0)
-    model.train()
-    losses = []
-    with task("warm start", total=spec.sft_steps) as progress:
-        for step in range(spec.sft_steps):
-            losses.append(_warm_start_step(model, tokenizer, encoded, spec, gen, opt))
-            progress.advance()
-            if log is not None and (step + 1) % 25 == 0:
-                log(f"warm start step {step + 1}/{spec.sft_steps}: loss {sum(losses[-25:]) / 25:.3f}")
-    model.eval()
-    return losses
-
-
-def _warm_start_step(model: Any, tokenizer: Any, encoded: list[tuple[list[int], list[int]]], spec: TinySpec,
-                     gen: Any, opt: Any) -> float:
-    """One AdamW step on a random batch (loss on completion tokens and EOS only)."""
-    import torch
-
-    idx = torch.randint(len(encoded), (spec.sft_batch,), generator=gen).tolist()
-    batch = [encoded[i] for i in idx]
-    width = max(len(p) + len(c) for p, c in batch)
-    ids = torch.full((len(batch), width), tokenizer.pad_token_id, dtype=torch.long)
-    labels = torch.full((len(batch), width), -100, dtype=torch.long)
-    mask = torch.zeros((len(batch), width), dtype=torch.long)
-    for row, (p, c) in enumerate(batch):
-        seq = p + c
-        ids[row, : len(seq)] = torch.tensor(seq)
-        labels[row, len(p) : len(seq)] = torch.tensor(c)
-        mask[row, : len(seq)] = 1
-    out = model(input_ids=ids, attention_mask=mask, labels=labels)
-    opt.zero_grad()
-    out.loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    opt.step()
-    return float(out.loss.item())
-
-
 def build_tiny(spec: TinySpec, path: str | os.PathLike[str], log: Any = None) -> Path:
     """Build the tokenizer and model (and the warm start) and save them to `path`."""
     path = Path(path)
@@ -241,13 +204,13 @@ def build_tiny(spec: TinySpec, path: str | os.PathLike[str], log: Any = None) ->
     quiet_third_party()
     with task(f"playing {spec.corpus_games} scripted games for the tiny model's corpus"):
         corpus = _scripted_games(spec, spec.corpus_games, spec.seed)
-    texts = [p for p, _ in corpus] + [c for _, c in corpus]
+    texts = [p for p, _ in corpus] + [c for _, cs in corpus for c in cs]
     with task("training the tiny model's tokenizer"):
         tokenizer = train_tokenizer(texts, spec.vocab_size)
     model = build_model(spec, tokenizer)
     losses: list[float] = []
     if spec.sft_steps:
-        pairs = _scripted_games(spec, max(50, spec.corpus_games), spec.seed + 1, spec.sft_opponent)
+        pairs = _scripted_games(spec, max(50, spec.corpus_games), spec.seed + 1, spec.sft_opponent, spec.sft_targets == "all-valid")
         losses = supervised_warm_start(model, tokenizer, pairs, spec, log)
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(path)
