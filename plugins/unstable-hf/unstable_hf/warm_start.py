@@ -49,7 +49,7 @@ def _warm_start_step(model: Any, tokenizer: Any, encoded: list[tuple[list[int], 
     idx = torch.randint(len(encoded), (spec.sft_batch,), generator=gen).tolist()
     batch = [encoded[i] for i in idx]
     if all(len(cs) == 1 for _, cs in batch):  # one answer each: the model's own loss, as builds always did
-        return _one_answer_loss(model, tokenizer, [(p, cs[0]) for p, cs in batch], opt)
+        return _one_answer_step(model, tokenizer, [(p, cs[0]) for p, cs in batch], opt)
     from .prefix import pack_shared
     from .packing import Sequence
 
@@ -64,7 +64,7 @@ def _warm_start_step(model: Any, tokenizer: Any, encoded: list[tuple[list[int], 
     return float(loss.item())
 
 
-def _one_answer_loss(model: Any, tokenizer: Any, batch: list[tuple[list[int], list[int]]], opt: Any) -> float:
+def _one_answer_step(model: Any, tokenizer: Any, batch: list[tuple[list[int], list[int]]], opt: Any) -> float:
     """One AdamW step of the causal-LM loss on completion tokens and EOS, a padded row each."""
     import torch
 
