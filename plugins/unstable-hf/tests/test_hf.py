@@ -292,3 +292,14 @@ def test_modules_to_save_naming_no_module_fails_naming_the_key(tiny_path):
     wrapped = with_lora(model, LoraOptions(rank=4, alpha=8, modules_to_save=["model.norm"]))
     assert [n for n, p in wrapped.named_parameters() if p.requires_grad and "lora_" not in n] == [
         "base_model.model.model.norm.modules_to_save.default.weight"]
+
+
+def test_a_bad_tiny_spec_fails_the_model_check_naming_the_key():
+    """``config check`` and a run's pre-flight read the tiny spec, so a typo fails before a run
+    directory exists, not when the learner builds the model."""
+    plugin.check_model(ModelRef(uid="m", backend="hf", model="tiny:TicTacToe-v0-train?sft_targets=all-valid"))
+    plugin.check_model(ModelRef(uid="m", backend="hf", model="Qwen/Qwen3-0.6B"))  # a hub id is not read
+    with pytest.raises(ValueError, match=r"sft_targets: Input should be 'agent' or 'all-valid'"):
+        plugin.check_model(ModelRef(uid="m", backend="hf", model="tiny?sft_targets=all"))
+    with pytest.raises(ValueError, match=r"tiny model: sft_opponent: unknown scripted agent 'randm-valid'"):
+        plugin.check_model(ModelRef(uid="m", backend="hf", model="tiny?sft_opponent=randm-valid"))

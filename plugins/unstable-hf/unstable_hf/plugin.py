@@ -23,6 +23,10 @@ def make_inference(options: Any, ctx: BuildContext) -> Any:
 def check_model(ref: ModelRef) -> None:
     if not ref.model:
         raise ValueError("the hf backend needs `model` (a hub id, a local path or 'tiny...')")
+    if ref.model.startswith("tiny"):  # as resolve_model_path reads it: a bad spec fails here, before any run
+        from .tiny import TinySpec
+
+        TinySpec.parse(ref.model).check_agents()
 
 
 @hookimpl

@@ -48,7 +48,10 @@ def _warm_start_step(model: Any, tokenizer: Any, encoded: list[tuple[list[int], 
 
     idx = torch.randint(len(encoded), (spec.sft_batch,), generator=gen).tolist()
     batch = [encoded[i] for i in idx]
-    if all(len(cs) == 1 for _, cs in batch):  # one answer each: the model's own loss, as builds always did
+    # one answer each: the model's own loss, as before sft_targets existed. The weighted loss below is
+    # the same number but summed in another order; this keeps such builds bit-identical, so cached
+    # models and the runs measured on them stay valid under the same cache key.
+    if all(len(cs) == 1 for _, cs in batch):
         return _one_answer_step(model, tokenizer, [(p, cs[0]) for p, cs in batch], opt)
     from .prefix import pack_shared
     from .packing import Sequence
