@@ -8,9 +8,14 @@ in both seats, every turn) on KuhnPoker-v0-train and on TicTacToe-v0-train, rend
 ``qwen3-zs`` template and tokenized by the kuhn-tiny tokenizer. Models, both with LoRA r16 in
 float32: (a) the kuhn-tiny model, (b) a random-init model shaped like Qwen3-0.6B with 4 layers
 (hidden 1024, 16 heads of 128, 8 KV heads, MLP 3072, vocabulary 151,936). Each (model, batch,
-path) runs in its own process (peak RSS is per process): the REINFORCE loss over the batch in
-``--mini-batch`` chunks, backward, median of ``--runs`` timed runs after one warm-up. "noshare"
-is the Kuhn batch with a distinct first token on every step, so no two steps share a prefix.
+path) is one process that runs the REINFORCE loss over the batch in ``--mini-batch`` chunks
+and its backward: first once per path, for its peak memory (on the CPU the peak RSS, reset
+between the paths through ``/proc/self/clear_refs`` after freed memory is handed back with
+``malloc_trim``; on CUDA the allocator's peak) and its gradients, then the two paths alternately
+(ABBA order), one warm-up each, and the median of ``--runs`` timed runs of each. This machine's
+speed drifts by tens of percent from one process to the next, which timing both paths in one
+process cancels. "noshare" is the Kuhn batch with a distinct first token on every step, so no
+two steps share a prefix.
 
 Ends with ``summary: speedup_kuhn=X speedup_qwen=Y noshare_ratio=Z grad_rel_err=E``: padded over
 shared time on KuhnPoker for each model, shared over padded time on the noshare batch (tiny
@@ -22,15 +27,14 @@ minutes on 2 CPU cores.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
-import resource
+import re
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 TINY = "tiny:KuhnPoker-v0-train?sft_steps=150"
@@ -64,6 +68,27 @@ def model(kind: str, layers: int, device: str):
     return AutoModelForCausalLM.from_config(config, dtype=torch.float32).to(device), path
 
 
+def reset_peak(device: str) -> None:
+    """Start a new peak-memory measurement from what the process holds now."""
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
+        return
+    ctypes.CDLL("libc.so.6").malloc_trim(0)  # freed memory back to the system: it leaves the RSS
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # VmHWM := the RSS now (Linux >= 4.0)
+
+
+def peak_mib(device: str) -> float:
+    import torch
+
+    if device.startswith("cuda"):
+        return torch.cuda.max_memory_allocated() / 2**20
+    with open("/proc/self/status") as f:
+        return int(re.search(r"VmHWM:\s+(\d+)", f.read()).group(1)) / 1024
+
+
 def worker(args: argparse.Namespace) -> None:
     import torch
     from transformers import AutoTokenizer
@@ -80,17 +105,17 @@ def worker(args: argparse.Namespace) -> None:
 
     causal, path = model(args.model, args.layers, args.device)
     steps = batch(AutoTokenizer.from_pretrained(path), args.env, args.steps, args.noshare)
-    options = LearnerOptions(device=args.device, lora={"rank": 16, "alpha": 32}, prefix_sharing=args.path == "shared",
-                             prefix_budget=args.budget, mini_batch_size=args.mini_batch)
+    options = LearnerOptions(device=args.device, lora={"rank": 16, "alpha": 32}, prefix_budget=args.budget,
+                             mini_batch_size=args.mini_batch)
     learner = Reinforce(options, path, seed=0, causal_lm=causal)
     with torch.no_grad():  # the same non-zero adapter in every process
         g = torch.Generator().manual_seed(1)
         for p in learner.params:
             p.copy_((torch.randn(p.shape, generator=g) * 0.02).to(p.device))
-    if learner.shared:
-        steps = sorted(steps, key=lambda s: s.turn.prompt_token_ids + s.turn.completion_token_ids)
+    steps = sorted(steps, key=lambda s: s.turn.prompt_token_ids + s.turn.completion_token_ids)  # as the learner does
 
-    def loss_and_backward() -> None:
+    def loss_and_backward(path: str) -> None:
+        learner.shared = path == "shared"
         learner.counts.clear()
         for p in learner.params:
             p.grad = None
@@ -99,35 +124,35 @@ def worker(args: argparse.Namespace) -> None:
         if args.device.startswith("cuda"):
             torch.cuda.synchronize()
 
-    loss_and_backward()  # warm-up
-    times = []
-    for _ in range(args.runs):
-        start = time.perf_counter()
-        loss_and_backward()
-        times.append(time.perf_counter() - start)
-    torch.save({n: p.grad.detach().float().cpu() for n, p in learner.trainable().items()}, args.grads)
-    peak = (torch.cuda.max_memory_allocated() / 2**20 if args.device.startswith("cuda")
-            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
-    print(json.dumps({"seconds": statistics.median(times), "peak_mib": peak, "forward_tokens": learner.counts["forward_tokens"],
-                      "sequence_tokens": learner.counts["sequence_tokens"]}))
+    paths = ("padded", "shared")
+    rows, grads = {}, {}
+    for path in paths:  # memory, gradients, forward tokens; also the warm-up
+        reset_peak(args.device)
+        loss_and_backward(path)
+        rows[path] = {"peak_mib": peak_mib(args.device), "forward_tokens": learner.counts["forward_tokens"],
+                      "sequence_tokens": learner.counts["sequence_tokens"]}
+        grads[path] = {n: p.grad.detach().float().cpu() for n, p in learner.trainable().items()}
+    times: dict[str, list[float]] = {path: [] for path in paths}
+    for run in range(args.runs):
+        for path in paths if run % 2 == 0 else paths[::-1]:  # ABBA: neither path always runs second
+            start = time.perf_counter()
+            loss_and_backward(path)
+            times[path].append(time.perf_counter() - start)
+    for path in paths:
+        rows[path]["seconds"] = statistics.median(times[path])
+    scale = max(float(g.abs().max()) for g in grads["padded"].values())
+    err = max(float((grads["padded"][n] - grads["shared"][n]).abs().max()) for n in grads["padded"]) / scale
+    print(json.dumps({"rows": rows, "grad_err": err}))
 
 
-def run(args: argparse.Namespace, model_kind: str, env: str, path: str, noshare: bool, grads: Path) -> dict:
-    cmd = [sys.executable, __file__, "--worker", "--model", model_kind, "--env", env, "--path", path, "--grads", str(grads),
+def run(args: argparse.Namespace, model_kind: str, env: str, noshare: bool) -> dict:
+    cmd = [sys.executable, __file__, "--worker", "--model", model_kind, "--env", env,
            "--steps", str(args.steps), "--runs", str(2 if args.quick and model_kind == "qwen" else args.runs), "--layers", str(args.layers), "--device", args.device,
            "--budget", str(args.budget), "--mini-batch", str(args.mini_batch)] + (["--noshare"] if noshare else [])
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         raise SystemExit(f"worker failed: {' '.join(cmd)}\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def grad_error(a: Path, b: Path) -> float:
-    import torch
-
-    ga, gb = torch.load(a), torch.load(b)
-    scale = max(float(g.abs().max()) for g in ga.values())
-    return max(float((ga[n] - gb[n]).abs().max()) for n in ga) / scale
 
 
 def main() -> None:
@@ -143,8 +168,6 @@ def main() -> None:
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--model", default="tiny", help=argparse.SUPPRESS)
     ap.add_argument("--env", default="KuhnPoker-v0-train", help=argparse.SUPPRESS)
-    ap.add_argument("--path", default="shared", help=argparse.SUPPRESS)
-    ap.add_argument("--grads", default="", help=argparse.SUPPRESS)
     ap.add_argument("--noshare", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -159,19 +182,16 @@ def main() -> None:
           f"qwen = Qwen3-0.6B shape with {args.layers} layers")
     print(f"{'model':<6} {'batch':<20} {'path':<7} {'seconds':>8} {'peak MiB':>9} {'fwd tokens':>11} {'of':>7} {'speedup':>8} {'grad err':>9}")
     results: dict[tuple[str, str, bool], tuple[float, float]] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for model_kind, env, noshare in cases:
-            label = ("noshare " if noshare else "") + env.split("-")[0]
-            rows = {}
-            for path in ("padded", "shared"):
-                rows[path] = run(args, model_kind, env, path, noshare, Path(tmp) / f"{path}.pt")
-            err = grad_error(Path(tmp) / "padded.pt", Path(tmp) / "shared.pt")
-            speedup = rows["padded"]["seconds"] / rows["shared"]["seconds"]
-            results[(model_kind, env, noshare)] = (speedup, err)
-            for path, r in rows.items():
-                extra = f"{speedup:>8.2f} {err:>9.1e}" if path == "shared" else ""
-                print(f"{model_kind:<6} {label:<20} {path:<7} {r['seconds']:>8.3f} {r['peak_mib']:>9.0f} "
-                      f"{r['forward_tokens']:>11} {r['sequence_tokens']:>7} {extra}")
+    for model_kind, env, noshare in cases:
+        label = ("noshare " if noshare else "") + env.split("-")[0]
+        out = run(args, model_kind, env, noshare)
+        rows, err = out["rows"], out["grad_err"]
+        speedup = rows["padded"]["seconds"] / rows["shared"]["seconds"]
+        results[(model_kind, env, noshare)] = (speedup, err)
+        for path, r in rows.items():
+            extra = f"{speedup:>8.2f} {err:>9.1e}" if path == "shared" else ""
+            print(f"{model_kind:<6} {label:<20} {path:<7} {r['seconds']:>8.3f} {r['peak_mib']:>9.0f} "
+                  f"{r['forward_tokens']:>11} {r['sequence_tokens']:>7} {extra}")
     kuhn = "KuhnPoker-v0-train"
     if len({m for m, _e, _n in cases}) < 2:
         return

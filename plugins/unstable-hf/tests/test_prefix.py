@@ -41,6 +41,34 @@ def test_the_budget_starts_a_new_row_and_a_long_step_gets_one_of_its_own():
     assert len({int(i) // p.ids.shape[1] for i in p.last_prompt_index}) == 3
 
 
+def test_each_node_sees_exactly_the_nodes_on_its_path_for_random_batches():
+    # the mask is read off preorder subtree ranges; check it against every step's own path
+    from unstable_hf.prefix import _place, _visibility
+
+    rng = random.Random(0)
+    for _ in range(30):
+        seqs = [Sequence([rng.randrange(3) for _ in range(rng.randrange(1, 8))], [rng.randrange(3)], []) for _ in range(rng.randrange(1, 12))]
+        tries, placed = _place(seqs, budget=rng.choice([4, 8, 64]), pair_weight=0.0)
+        for r, trie in enumerate(tries):
+            expected = torch.zeros(trie.size, trie.size, dtype=torch.bool)
+            for row, nodes in placed:
+                if row == r:
+                    for j, node in enumerate(nodes):
+                        expected[node, nodes[: j + 1]] = True
+            assert torch.equal(_visibility(trie), expected)
+        for s, (r, nodes) in zip(seqs, placed):  # each node holds the step's token at its depth
+            assert [tries[r].tokens[n] for n in nodes] == s.ids and [tries[r].depths[n] for n in nodes] == list(range(len(s.ids)))
+
+
+def test_the_trie_takes_sequences_in_sorted_order_only():
+    from unstable_hf.prefix import _Trie
+
+    trie = _Trie()
+    trie.insert([1, 2, 3])
+    with pytest.raises(ValueError, match="sorted order"):
+        trie.insert([1, 2])
+
+
 class Plain(LoraLearner):
     def loss(self, steps, batch_size):
         packed = self.pack(steps)

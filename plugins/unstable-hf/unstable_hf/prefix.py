@@ -19,13 +19,28 @@ import torch
 from .packing import Packed, Sequence, completion_fields, pack
 
 
+def _common(a: list[int], b: list[int]) -> int:
+    """Length of the longest common prefix of two id lists."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    i = 0
+    while a[i] == b[i]:
+        i += 1
+    return i
+
+
 class _Trie:
+    """A prefix trie that takes its sequences in sorted order. Each sequence then shares with the
+    trie exactly its common prefix with the sequence inserted before it, its new nodes extend that
+    path as one chain, and the nodes come in preorder: the subtree of a node is the contiguous run
+    of nodes from it up to its ``subtree_ends`` entry."""
+
     def __init__(self) -> None:
         self.tokens: list[int] = []
-        self.parents: list[int] = []
         self.depths: list[int] = []
-        self.children: list[dict[int, int]] = []
-        self.roots: dict[int, int] = {}
+        self._last_ids: list[int] = []
+        self._last_nodes: list[int] = []
 
     @property
     def size(self) -> int:
@@ -33,29 +48,30 @@ class _Trie:
 
     def missing(self, ids: list[int]) -> int:
         """Nodes that inserting ``ids`` would add."""
-        level, matched = self.roots, 0
-        for token in ids:
-            node = level.get(token)
-            if node is None:
-                break
-            matched += 1
-            level = self.children[node]
-        return len(ids) - matched
+        return len(ids) - _common(self._last_ids, ids)
 
     def insert(self, ids: list[int]) -> list[int]:
-        """The node of each position of ``ids`` (created where missing; parents come first)."""
-        nodes, level, parent = [], self.roots, -1
-        for depth, token in enumerate(ids):
-            node = level.get(token)
-            if node is None:
-                node = level[token] = len(self.tokens)
-                self.tokens.append(token)
-                self.parents.append(parent)
-                self.depths.append(depth)
-                self.children.append({})
-            nodes.append(node)
-            level, parent = self.children[node], node
+        """The node of each position of ``ids``, created where missing. ``ids`` must not sort
+        before the sequence inserted last."""
+        if ids < self._last_ids:
+            raise ValueError("sequences must be inserted in sorted order")
+        shared = _common(self._last_ids, ids)
+        start = len(self.tokens)
+        self.tokens += ids[shared:]
+        self.depths += range(shared, len(ids))
+        nodes = self._last_nodes[:shared] + list(range(start, len(self.tokens)))
+        self._last_ids, self._last_nodes = ids, nodes
         return nodes
+
+    def subtree_ends(self) -> list[int]:
+        """For each node, the index after the last node of its subtree (preorder: the next node
+        at its depth or above)."""
+        ends, open_nodes, depths = [self.size] * self.size, [], self.depths
+        for node, depth in enumerate(depths):
+            while open_nodes and depths[open_nodes[-1]] >= depth:
+                ends[open_nodes.pop()] = node
+            open_nodes.append(node)
+        return ends
 
 
 def attention_pair_weight(config: Any, overhead: float = 2.5) -> float:
@@ -93,18 +109,12 @@ def _place(seqs: list[Sequence], budget: int, pair_weight: float) -> tuple[list[
     return tries, placed
 
 
-def _visibility(trie: _Trie, chains: list[list[int]]) -> torch.Tensor:
-    """[size, size]: node a sees node b where b is an ancestor of a or a itself. Each step's
-    nodes are the chain of ancestors of its last node."""
-    if len(chains) == 1:  # one step in the row: plain causal attention
-        return torch.ones(trie.size, trie.size, dtype=torch.bool).tril()
-    depth = torch.tensor(trie.depths)
-    ancestors = torch.full((trie.size, int(depth.max()) + 1), -1, dtype=torch.long)  # [node, depth] -> ancestor
-    for nodes in chains:
-        chain = torch.tensor(nodes)
-        below = torch.ones(len(nodes), len(nodes), dtype=torch.bool).tril()
-        ancestors[chain, : len(nodes)] = torch.where(below, chain.expand(len(nodes), -1), -1)
-    return ancestors[:, depth] == torch.arange(trie.size)
+def _visibility(trie: _Trie) -> torch.Tensor:
+    """[size, size]: node a sees node b where b is an ancestor of a or a itself, i.e. where a lies
+    in b's subtree, the run of nodes from b to its subtree's end."""
+    node = torch.arange(trie.size)
+    ends = torch.tensor(trie.subtree_ends())
+    return (node[:, None] < ends[None, :]).tril_()  # tril: b <= a
 
 
 def pack_shared(seqs: list[Sequence], device: Any = "cpu", budget: int = 2048, dtype: torch.dtype = torch.float32,
@@ -115,20 +125,20 @@ def pack_shared(seqs: list[Sequence], device: Any = "cpu", budget: int = 2048, d
     that costs less than a row of its own (``pair_weight``: see ``attention_pair_weight``); a
     batch where no row holds two steps is packed as ``pack`` does."""
     tries, placed = _place(seqs, budget, pair_weight)
-    chains: list[list[list[int]]] = [[] for _ in tries]
-    for r, nodes in placed:
-        chains[r].append(nodes)
-    if all(len(c) == 1 for c in chains):  # nothing shared: padded rows, no 4D mask to build or apply
+    if len(tries) == len(seqs):  # nothing shared: padded rows, no 4D mask to build or apply
         return pack(seqs, device)
     width = max(t.size for t in tries)
     ids = torch.zeros((len(tries), width), dtype=torch.long)
     positions = torch.zeros((len(tries), width), dtype=torch.long)
-    sees = torch.eye(width, dtype=torch.bool).repeat(len(tries), 1, 1)  # padding sees itself only (no row of -inf)
+    mask = torch.full((len(tries), width, width), torch.finfo(dtype).min, dtype=dtype)
     for r, trie in enumerate(tries):
-        ids[r, : trie.size] = torch.tensor(trie.tokens)
-        positions[r, : trie.size] = torch.tensor(trie.depths)
-        sees[r, : trie.size, : trie.size] = _visibility(trie, chains[r])
-    mask = torch.zeros(sees.shape, dtype=dtype).masked_fill_(~sees, torch.finfo(dtype).min).unsqueeze(1)
+        n = trie.size
+        ids[r, :n] = torch.tensor(trie.tokens)
+        positions[r, :n] = torch.tensor(trie.depths)
+        mask[r, :n, :n].masked_fill_(_visibility(trie), 0.0)
+        padding = torch.arange(n, width)
+        mask[r, padding, padding] = 0.0  # padding sees itself only (no row of -inf)
+    mask = mask.unsqueeze(1)
     predict, last_prompt = [], []
     for s, (r, nodes) in zip(seqs, placed):
         base = r * width
