@@ -64,6 +64,8 @@ def model(kind: str, layers: int, device: str):
     config = AutoConfig.from_pretrained(path)
     for key, value in {**QWEN_SHAPE, "num_hidden_layers": layers}.items():
         setattr(config, key, value)
+    if getattr(config, "layer_types", None) is not None:  # one entry per layer (the tiny model has 2)
+        config.layer_types = [config.layer_types[0]] * layers
     torch.manual_seed(0)
     return AutoModelForCausalLM.from_config(config, dtype=torch.float32).to(device), path
 

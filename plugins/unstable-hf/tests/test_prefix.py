@@ -41,6 +41,19 @@ def test_the_budget_starts_a_new_row_and_a_long_step_gets_one_of_its_own():
     assert len({int(i) // p.ids.shape[1] for i in p.last_prompt_index}) == 3
 
 
+def test_the_row_width_trades_shared_prefixes_against_dense_attention():
+    from unstable_hf.prefix import _row_width, _rows
+
+    lengths, shared = [100] * 4, [0, 50, 50, 50]  # four steps of 100 ids, neighbours sharing 50
+    # R rows padded to W cost R x (W + w W^2): one row of 250 nodes, two of 150 or four of 100
+    assert _rows(lengths, shared, 256) == [250] and _rows(lengths, shared, 192) == [150, 150]
+    assert _rows(lengths, shared, 128) == [100] * 4 and _rows(lengths, shared, 0) == [100] * 4
+    assert _row_width(lengths, shared, budget=256, pair_weight=0.0) == 256  # 250 < 2 x 150 < 4 x 100
+    assert _row_width(lengths, shared, budget=256, pair_weight=0.01) == 192  # 2 x 375 < 4 x 200 < 875
+    assert _row_width(lengths, shared, budget=256, pair_weight=1.0) == 0  # 4 x 10,100 < 2 x 22,650
+    assert _row_width(lengths, [0, 0, 0, 0], budget=256, pair_weight=0.01) == 0  # nothing shared: a row each
+
+
 def test_each_node_sees_exactly_the_nodes_on_its_path_for_random_batches():
     # the mask is read off preorder subtree ranges; check it against every step's own path
     from unstable_hf.prefix import _place, _visibility

@@ -89,23 +89,48 @@ def attention_pair_weight(config: Any, overhead: float = 2.5) -> float:
     return overhead * 2 * heads * head_dim / token
 
 
-def _cost(tokens: int, weight: float) -> float:
-    return tokens + weight * tokens * tokens
+def _rows(lengths: list[int], shared: list[int], width: int) -> list[int]:
+    """Greedy rows over sorted steps (``shared[k]``: ids step k shares with step k - 1): each
+    row's node count. A step joins the row before it while the row stays within ``width`` nodes;
+    a step longer than that gets a row of its own."""
+    rows: list[int] = []
+    for k, length in enumerate(lengths):
+        if rows and rows[-1] + length - shared[k] <= width:
+            rows[-1] += length - shared[k]
+        else:
+            rows.append(length)
+    return rows
+
+
+def _row_width(lengths: list[int], shared: list[int], budget: int, pair_weight: float) -> int:
+    """The most nodes a row of several steps may hold, at most ``budget``, that makes the forward
+    cheapest. Rows are padded to the widest, so R rows of width W cost about
+    R x (W + pair_weight x W^2): wider rows share more (fewer repeated prefixes), narrower ones
+    pay less for dense attention. Tried: 0 (a row per step), every multiple of 64 below the
+    budget, and the budget."""
+    best, best_cost = 0, float("inf")
+    for width in (0, *range(64, budget, 64), budget):
+        rows = _rows(lengths, shared, width)
+        widest = max(rows)
+        cost = len(rows) * (widest + pair_weight * widest * widest)
+        if cost < best_cost:
+            best, best_cost = width, cost
+    return best
 
 
 def _place(seqs: list[Sequence], budget: int, pair_weight: float) -> tuple[list[_Trie], list[tuple[int, list[int]]]]:
-    """Tries (rows) and, per step, its row and the node of each of its positions."""
+    """Tries (rows) and, per step, its row and the node of each of its positions. The steps go in
+    sorted by their ids, so that neighbours share the most, filling rows up to the cheapest width."""
+    order = sorted(range(len(seqs)), key=lambda i: seqs[i].ids)
+    ids = [seqs[i].ids for i in order]
+    shared = [0] + [_common(ids[k - 1], ids[k]) for k in range(1, len(ids))]
+    width = _row_width([len(x) for x in ids], shared, budget, pair_weight)
     tries: list[_Trie] = []
     placed: list[tuple[int, list[int]]] = [(0, [])] * len(seqs)
-    for i in sorted(range(len(seqs)), key=lambda i: seqs[i].ids):
-        ids = seqs[i].ids
-        joins = False
-        if tries:
-            size, new = tries[-1].size, tries[-1].missing(ids)
-            joins = size + new <= budget and _cost(size + new, pair_weight) - _cost(size, pair_weight) <= _cost(len(ids), pair_weight)
-        if not joins:
+    for i, step_ids in zip(order, ids):
+        if not tries or tries[-1].size + tries[-1].missing(step_ids) > width:
             tries.append(_Trie())
-        placed[i] = (len(tries) - 1, tries[-1].insert(ids))
+        placed[i] = (len(tries) - 1, tries[-1].insert(step_ids))
     return tries, placed
 
 
@@ -121,9 +146,9 @@ def pack_shared(seqs: list[Sequence], device: Any = "cpu", budget: int = 2048, d
                 pair_weight: float = 0.0) -> Packed:
     """The steps in prefix tries of at most ``budget`` nodes a row (a longer step gets a row of
     its own), with the same fields as ``pack``; ``attention`` is an additive [R, 1, W, W] mask
-    in ``dtype``. Attention is dense within a row, so a step joins the current row only when
-    that costs less than a row of its own (``pair_weight``: see ``attention_pair_weight``); a
-    batch where no row holds two steps is packed as ``pack`` does."""
+    in ``dtype``. Attention is dense within a row, so rows are filled only up to the width that
+    makes the whole forward cheapest (``pair_weight``: see ``attention_pair_weight``); a batch
+    where no row holds two steps is packed as ``pack`` does."""
     tries, placed = _place(seqs, budget, pair_weight)
     if len(tries) == len(seqs):  # nothing shared: padded rows, no 4D mask to build or apply
         return pack(seqs, device)
