@@ -1,7 +1,7 @@
 """Prefix-shared against padded learner forward: loss + backward time, peak memory, forward tokens,
 gradient agreement.
 
-    python bench/prefix.py [--quick] [--device cpu|cuda] [--steps 64] [--runs 5]
+    python bench/prefix.py [--quick] [--device cpu|cuda] [--steps 64] [--runs 5] [--prefix-attention auto|dense|flex]
 
 The batch: ``--steps`` consecutive steps of whole games of scripted self-play (``random-valid``
 in both seats, every turn) on KuhnPoker-v0-train and on TicTacToe-v0-train, rendered with the
@@ -52,7 +52,7 @@ def batch(tokenizer, env_id: str, n: int, noshare: bool) -> list:
     return steps
 
 
-def model(kind: str, layers: int, device: str):
+def model(kind: str, layers: int, device: str, dtype: str = "float32"):
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -60,14 +60,14 @@ def model(kind: str, layers: int, device: str):
 
     path = resolve_model_path(TINY)
     if kind == "tiny":
-        return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device), path
+        return AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).to(device), path
     config = AutoConfig.from_pretrained(path)
     for key, value in {**QWEN_SHAPE, "num_hidden_layers": layers}.items():
         setattr(config, key, value)
     if getattr(config, "layer_types", None) is not None:  # one entry per layer (the tiny model has 2)
         config.layer_types = [config.layer_types[0]] * layers
     torch.manual_seed(0)
-    return AutoModelForCausalLM.from_config(config, dtype=torch.float32).to(device), path
+    return AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype)).to(device), path
 
 
 def reset_peak(device: str) -> None:
@@ -105,10 +105,10 @@ def worker(args: argparse.Namespace) -> None:
             adv = packed.tensor([s.reward for s in steps], dtype=logp.dtype)
             return -(adv * self.sequence_logprobs(packed, logp)).sum() / batch_size, {}
 
-    causal, path = model(args.model, args.layers, args.device)
+    causal, path = model(args.model, args.layers, args.device, args.dtype)
     steps = batch(AutoTokenizer.from_pretrained(path), args.env, args.steps, args.noshare)
-    options = LearnerOptions(device=args.device, lora={"rank": 16, "alpha": 32}, prefix_budget=args.budget,
-                             mini_batch_size=args.mini_batch)
+    options = LearnerOptions(device=args.device, dtype=args.dtype, lora={"rank": 16, "alpha": 32}, prefix_budget=args.budget,
+                             mini_batch_size=args.mini_batch, prefix_attention=args.prefix_attention)
     learner = Reinforce(options, path, seed=0, causal_lm=causal)
     with torch.no_grad():  # the same non-zero adapter in every process
         g = torch.Generator().manual_seed(1)
@@ -117,7 +117,7 @@ def worker(args: argparse.Namespace) -> None:
     steps = sorted(steps, key=lambda s: s.turn.prompt_token_ids + s.turn.completion_token_ids)  # as the learner does
 
     def loss_and_backward(path: str) -> None:
-        learner.shared = path == "shared"
+        learner.set_prefix_sharing(path == "shared")
         learner.counts.clear()
         for p in learner.params:
             p.grad = None
@@ -132,6 +132,7 @@ def worker(args: argparse.Namespace) -> None:
         reset_peak(args.device)
         loss_and_backward(path)
         rows[path] = {"peak_mib": peak_mib(args.device), "forward_tokens": learner.counts["forward_tokens"],
+                      "attention": "flex block masks" if path == "shared" and learner.block_mask else learner.policy.attention,
                       "sequence_tokens": learner.counts["sequence_tokens"]}
         grads[path] = {n: p.grad.detach().float().cpu() for n, p in learner.trainable().items()}
     times: dict[str, list[float]] = {path: [] for path in paths}
@@ -150,7 +151,7 @@ def worker(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace, model_kind: str, env: str, noshare: bool) -> dict:
     cmd = [sys.executable, __file__, "--worker", "--model", model_kind, "--env", env,
            "--steps", str(args.steps), "--runs", str(2 if args.quick and model_kind == "qwen" else args.runs), "--layers", str(args.layers), "--device", args.device,
-           "--budget", str(args.budget), "--mini-batch", str(args.mini_batch)] + (["--noshare"] if noshare else [])
+           "--budget", str(args.budget), "--mini-batch", str(args.mini_batch), "--prefix-attention", args.prefix_attention, "--dtype", args.dtype] + (["--noshare"] if noshare else [])
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         raise SystemExit(f"worker failed: {' '.join(cmd)}\n{out.stderr[-3000:]}")
@@ -166,6 +167,9 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=4, help="layers of the Qwen3-0.6B-shaped model")
     ap.add_argument("--budget", type=int, default=2048, help="prefix_budget: most tokens in one shared row")
     ap.add_argument("--mini-batch", type=int, default=16)
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="the models' weights (the issue's bars: float32)")
+    ap.add_argument("--prefix-attention", default="auto", choices=["auto", "dense", "flex"],
+                    help="the shared path's masks: dense 4D, FlexAttention block masks (CUDA), auto (dense: measured faster)")
     ap.add_argument("--models", default="tiny,qwen", help="which models to run (the summary needs both)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--model", default="tiny", help=argparse.SUPPRESS)
@@ -179,10 +183,11 @@ def main() -> None:
     cases = [("tiny", "KuhnPoker-v0-train", False), ("tiny", "TicTacToe-v0-train", False), ("tiny", "KuhnPoker-v0-train", True),
              ("qwen", "KuhnPoker-v0-train", False), ("qwen", "TicTacToe-v0-train", False)]
     cases = [c for c in cases if c[0] in args.models.split(",") and not (args.quick and c[0] == "qwen" and c[1] != "KuhnPoker-v0-train")]
-    print(f"{args.steps} steps of scripted self-play, LoRA r16, float32, {args.device}, mini-batch {args.mini_batch}, "
+    print(f"{args.steps} steps of scripted self-play, LoRA r16, {args.dtype}, {args.device}, mini-batch {args.mini_batch}, "
+          f"prefix_attention {args.prefix_attention}, "
           f"budget {args.budget}, median of {args.runs} runs ({2 if args.quick else args.runs} for qwen); "
           f"qwen = Qwen3-0.6B shape with {args.layers} layers")
-    print(f"{'model':<6} {'batch':<20} {'path':<7} {'seconds':>8} {'peak MiB':>9} {'fwd tokens':>11} {'of':>7} {'speedup':>8} {'grad err':>9}")
+    print(f"{'model':<6} {'batch':<20} {'path':<7} {'seconds':>8} {'peak MiB':>9} {'fwd tokens':>11} {'of':>7} {'speedup':>8} {'grad err':>9}  attention")
     results: dict[tuple[str, str, bool], tuple[float, float]] = {}
     for model_kind, env, noshare in cases:
         label = ("noshare " if noshare else "") + env.split("-")[0]
@@ -191,9 +196,9 @@ def main() -> None:
         speedup = rows["padded"]["seconds"] / rows["shared"]["seconds"]
         results[(model_kind, env, noshare)] = (speedup, err)
         for path, r in rows.items():
-            extra = f"{speedup:>8.2f} {err:>9.1e}" if path == "shared" else ""
+            extra = f"{speedup:>8.2f} {err:>9.1e}" if path == "shared" else " " * 18
             print(f"{model_kind:<6} {label:<20} {path:<7} {r['seconds']:>8.3f} {r['peak_mib']:>9.0f} "
-                  f"{r['forward_tokens']:>11} {r['sequence_tokens']:>7} {extra}")
+                  f"{r['forward_tokens']:>11} {r['sequence_tokens']:>7} {extra}  {r['attention']}")
     kuhn = "KuhnPoker-v0-train"
     if len({m for m, _e, _n in cases}) < 2:
         return

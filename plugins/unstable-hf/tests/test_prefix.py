@@ -73,6 +73,25 @@ def test_each_node_sees_exactly_the_nodes_on_its_path_for_random_batches():
             assert [tries[r].tokens[n] for n in nodes] == s.ids and [tries[r].depths[n] for n in nodes] == list(range(len(s.ids)))
 
 
+def test_block_masks_let_each_token_see_what_the_dense_mask_does():
+    # FlexAttention's BlockMask (CUDA's path) is built from the same subtree ends: its mask_mod
+    # evaluated over every (query, key) pair equals the dense mask, padding included
+    rng = random.Random(1)
+    for _ in range(10):
+        seqs = [Sequence([rng.randrange(3) for _ in range(rng.randrange(1, 9))], [rng.randrange(3)], []) for _ in range(rng.randrange(2, 12))]
+        dense, block = pack_shared(seqs, budget=16), pack_shared(seqs, budget=16, block_mask=True)
+        if dense.position_ids is None:  # nothing shared: packed padded, no 4D mask at all
+            assert block.position_ids is None
+            continue
+        rows, width = dense.ids.shape
+        assert torch.equal(block.ids, dense.ids) and torch.equal(block.position_ids, dense.position_ids)
+        assert block.attention.shape == (rows, 1, width, width)
+        q, k = torch.arange(width)[:, None], torch.arange(width)[None, :]
+        for r in range(rows):
+            sees = block.attention.mask_mod(torch.tensor(r), torch.tensor(0), q, k)
+            assert torch.equal(sees, dense.attention[r, 0] == 0)
+
+
 def test_the_trie_takes_sequences_in_sorted_order_only():
     from unstable_hf.prefix import _Trie
 
@@ -108,10 +127,7 @@ def compare(tiny_path, steps, dtype="float64", rtol=1e-10, grad_rtol=1e-6, **kw)
     out = []
     for shared in (False, True):
         L = make(tiny_path, shared, dtype=dtype, **kw)
-        seqs = sequences(steps, kw.get("max_train_len"))
-        packed = (pack_shared(seqs, budget=kw.get("prefix_budget", 2048), dtype=L.policy.head.weight.dtype)
-                  if shared else pack(seqs))
-        logp = L.policy.completion_logprobs(packed)
+        logp = L.policy.completion_logprobs(L.pack(steps))
         L.update(Batch(steps=steps, learner_version=0))
         grads = {n: p.grad.clone() for n, p in L.trainable().items()}
         out.append((logp.detach(), grads, L))
@@ -178,6 +194,7 @@ def test_a_model_that_takes_no_4d_mask_falls_back_to_padded_rows_with_one_log_li
     from unstable_hf.policy import Policy
 
     fake = SimpleNamespace(model=SimpleNamespace(config=SimpleNamespace(_attn_implementation="flash_attention_2")))
+    fake.attention = Policy.attention.fget(fake)
     assert "flash_attention_2" in Policy.prefix_sharing_unsupported(fake)
     monkeypatch.setattr(Policy, "prefix_sharing_unsupported", lambda self: "attention implementation 'x' takes no 4D attention mask")
     with caplog.at_level("WARNING", logger="unstable.hf"):
@@ -187,3 +204,41 @@ def test_a_model_that_takes_no_4d_mask_falls_back_to_padded_rows_with_one_log_li
         "the learner forwards one padded row per step"]
     m = L.update(Batch(steps=kuhn_steps, learner_version=0))
     assert m["prefix_share"] == 0.0
+
+
+def test_flex_attention_on_a_cpu_keeps_dense_masks_with_one_log_line(tiny_path, kuhn_steps, caplog):
+    with caplog.at_level("WARNING", logger="unstable.hf"):
+        L = make(tiny_path, True, mini_batch_size=24, prefix_attention="flex")
+    said = [r.getMessage() for r in caplog.records if "prefix_attention" in r.getMessage()]
+    assert len(said) == 1 and "CUDA only" in said[0]
+    assert not L.block_mask and L.shared and L.policy.attention == "sdpa"
+    assert L.update(Batch(steps=kuhn_steps, learner_version=0))["prefix_share"] > 0.5
+
+
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device: FlexAttention trains on CUDA only")
+
+
+@cuda
+def test_flex_block_masks_give_the_padded_logprobs_and_gradients_on_cuda(tiny_path, kuhn_steps):
+    # the reference is the padded path with the model's own attention (sdpa); float32 throughout
+    learner = compare(tiny_path, kuhn_steps, dtype="float32", rtol=1e-5, grad_rtol=1e-5, device="cuda",
+                      mini_batch_size=8, prefix_budget=1024, prefix_attention="flex")
+    assert learner.block_mask and learner.policy.attention == "flex_attention"  # the last pack had a block mask
+    assert learner.counts["forward_tokens"] < 0.5 * learner.counts["sequence_tokens"]
+    rng = random.Random(0)
+    nothing_shared = [step([3 + i] + [rng.randrange(3, 300) for _ in range(6)], [rng.randrange(3, 300)], 1.0) for i in range(4)]
+    learner.policy.completion_logprobs(learner.pack(nothing_shared))  # packed padded: the model's own attention
+    assert learner.policy.attention == "sdpa"
+
+
+@cuda
+def test_flex_block_masks_on_corner_cases_and_with_gradient_checkpointing(tiny_path, kuhn_steps):
+    duplicates = [step([5, 6, 7, 8], [9, 10], 1.0), step([5, 6, 7, 8], [9, 10], 0.5), step([5, 6, 7, 8], [9, 11], -1.0)]
+    nested = [step([5, 6, 7], [8, 9], 1.0), step([5, 6, 7, 8, 9, 12], [13], -1.0), step([5, 6], [7], 0.3)]
+    kw = {"dtype": "float32", "rtol": 1e-5, "grad_rtol": 1e-5, "device": "cuda"}
+    for steps in (duplicates, nested):
+        assert compare(tiny_path, steps, prefix_attention="flex", **kw).block_mask
+    compare(tiny_path, nested + duplicates, max_train_len=5, mini_batch_size=2, prefix_attention="flex", **kw)
+    compare(tiny_path, kuhn_steps[:12], gradient_checkpointing=True, mini_batch_size=6, prefix_attention="flex", **kw)
+    assert not compare(tiny_path, kuhn_steps[:12], **kw).block_mask  # auto: dense masks on CUDA too

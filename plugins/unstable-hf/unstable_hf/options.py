@@ -57,4 +57,11 @@ class LearnerOptions(ModelLoadOptions):
     )
     max_generation_len: int = Field(4096, ge=1, description="The constant normaliser.")
     prefix_sharing: bool = Field(True, description="Forward every token the steps of a chunk share once (prefix tries, ancestor attention masks); false: one padded row per step.")
-    prefix_budget: int = Field(2048, ge=16, description="Most tokens in one prefix-shared row (attention is dense within a row).")
+    prefix_budget: int = Field(2048, ge=16, description="Most tokens in one prefix-shared row.")
+    prefix_attention: Literal["auto", "dense", "flex"] = Field(
+        "auto",
+        description="How prefix-shared rows restrict attention to ancestors: 'dense' additive 4D masks (any device; attention "
+                    "costs W^2 per row), 'flex' FlexAttention block masks (CUDA only: attention over the blocks a token's "
+                    "ancestors are in, the lowest peak memory), 'auto' the faster of the two as measured (docs/performance.md): "
+                    "dense on CPU and, in float32 on an H100, on CUDA too.",
+    )

@@ -53,7 +53,7 @@ class Packed:
     unknown). Positions index the rows flattened ([R * W]); several tokens may share one."""
 
     ids: torch.Tensor
-    attention: torch.Tensor  # [R, W] padding mask, or [R, 1, W, W] additive mask (0 / -inf)
+    attention: Any  # [R, W] padding mask, [R, 1, W, W] additive mask (0 / -inf), or a FlexAttention BlockMask
     position_ids: torch.Tensor | None  # None: 0, 1, 2, ... in each row
     predict_index: torch.Tensor  # [N]: position predicting each completion token
     last_prompt_index: torch.Tensor  # [B]: position of each step's last prompt token (where the action starts)

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import tempfile
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +28,27 @@ def split_body_and_head(causal_lm: Any) -> tuple[Any, Any]:
     return body, base.get_output_embeddings()
 
 
+_own_attention: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
+
+
+def _attention_for(body: Any, packed: Packed) -> None:
+    """A FlexAttention block mask needs the ``flex_attention`` implementation; every other pack
+    runs with the model's own (switched back through transformers' ``set_attn_implementation``)."""
+    from torch.nn.attention.flex_attention import BlockMask
+
+    current = getattr(body.config, "_attn_implementation", None)
+    if isinstance(packed.attention, BlockMask):
+        if current != "flex_attention":
+            _own_attention[body] = current
+            body.set_attn_implementation("flex_attention")
+    elif body in _own_attention and current == "flex_attention":
+        body.set_attn_implementation(_own_attention.pop(body))
+
+
 def hidden_states(body: Any, packed: Packed) -> torch.Tensor:
     """A decoder's last hidden states [R, W, H] for packed rows (padded or prefix-shared: the
     mask and position ids come with them)."""
+    _attention_for(body, packed)
     return body(input_ids=packed.ids, attention_mask=packed.attention, position_ids=packed.position_ids).last_hidden_state
 
 
@@ -52,13 +71,31 @@ class Policy:
         """The body's last hidden states [R, W, H] (with whichever adapter is active)."""
         return hidden_states(self.body, packed)
 
+    @property
+    def attention(self) -> str:
+        """The model's attention implementation ('sdpa', 'eager', 'flex_attention', ...)."""
+        return getattr(self.model.config, "_attn_implementation", None) or "eager"
+
     def prefix_sharing_unsupported(self) -> str | None:
         """Why this model cannot take prefix-shared rows (a 4D attention mask and position ids),
         or None. Flash-attention kernels take no arbitrary mask."""
-        impl = getattr(self.model.config, "_attn_implementation", None) or "eager"
-        if impl not in ("sdpa", "eager"):
-            return f"attention implementation {impl!r} takes no 4D attention mask"
+        if self.attention not in ("sdpa", "eager", "flex_attention"):
+            return f"attention implementation {self.attention!r} takes no 4D attention mask"
         return None
+
+    def flex_attention_unsupported(self) -> str | None:
+        """Why prefix-shared rows cannot use FlexAttention block masks here, or None (the body
+        switches to ``flex_attention`` for block-masked packs only)."""
+        if self.device.type != "cuda":
+            return f"FlexAttention trains on CUDA only (no backward on {self.device.type} in torch {torch.__version__})"
+        own = self.attention
+        try:
+            self.body.set_attn_implementation("flex_attention")
+            switched = self.attention == "flex_attention"
+            self.body.set_attn_implementation(own)
+        except Exception as e:  # an old torch or transformers, a model without the attention interface
+            return f"transformers could not switch the model to flex_attention: {e}"
+        return None if switched else "the model does not let its attention implementation be switched"
 
     def completion_logprobs(self, packed: Packed, hidden: torch.Tensor | None = None, adapter: bool = True) -> torch.Tensor:
         """Logprob of every completion token [N] at the options' temperature, memory-bounded.

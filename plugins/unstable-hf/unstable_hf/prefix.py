@@ -7,7 +7,8 @@ where their ids agree from position 0, so a shared node has the same past in bot
 same hidden state. Each node's position id is its depth, and the row's additive attention mask
 lets a node see only its ancestors and itself: the forward computes, for every step, exactly
 what a padded row of its own would, with transformers' public 4D-mask and position-id inputs
-(no model code forked). Attention stays dense per row, so the budget bounds its cost.
+(no model code forked). With additive masks attention is dense per row, so rows stay narrow
+enough; with FlexAttention block masks (CUDA) it skips the blocks a row's tokens do not see.
 """
 
 from __future__ import annotations
@@ -142,35 +143,60 @@ def _visibility(trie: _Trie) -> torch.Tensor:
     return (node[:, None] < ends[None, :]).tril_()  # tril: b <= a
 
 
+def _dense_mask(tries: list[_Trie], width: int, dtype: torch.dtype) -> torch.Tensor:
+    """Additive [R, 1, W, W] mask: 0 where a node sees another, the dtype's minimum elsewhere."""
+    mask = torch.full((len(tries), width, width), torch.finfo(dtype).min, dtype=dtype)
+    for r, trie in enumerate(tries):
+        n = trie.size
+        mask[r, :n, :n].masked_fill_(_visibility(trie), 0.0)
+        padding = torch.arange(n, width)
+        mask[r, padding, padding] = 0.0  # padding sees itself only (no row of -inf)
+    return mask.unsqueeze(1)
+
+
+def _block_mask(tries: list[_Trie], width: int, device: Any) -> Any:
+    """A FlexAttention ``BlockMask`` of the same visibility: query q sees key k where
+    ``k <= q < end[k]`` (padding: end = itself + 1). Its kernels skip every block of keys that no
+    query of the block sees, so attention costs about what the steps' own paths do."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    ends = torch.arange(1, width + 1).repeat(len(tries), 1)  # padding sees itself only
+    for r, trie in enumerate(tries):
+        ends[r, : trie.size] = torch.tensor(trie.subtree_ends())
+    ends = ends.to(device)
+
+    def ancestors(b, h, q, k):
+        return (k <= q) & (q < ends[b, k])
+
+    return create_block_mask(ancestors, len(tries), None, width, width, device=device)
+
+
 def pack_shared(seqs: list[Sequence], device: Any = "cpu", budget: int = 2048, dtype: torch.dtype = torch.float32,
-                pair_weight: float = 0.0) -> Packed:
+                pair_weight: float = 0.0, block_mask: bool = False) -> Packed:
     """The steps in prefix tries of at most ``budget`` nodes a row (a longer step gets a row of
     its own), with the same fields as ``pack``; ``attention`` is an additive [R, 1, W, W] mask
-    in ``dtype``. Attention is dense within a row, so rows are filled only up to the width that
-    makes the whole forward cheapest (``pair_weight``: see ``attention_pair_weight``); a batch
-    where no row holds two steps is packed as ``pack`` does."""
+    in ``dtype``, or with ``block_mask`` a FlexAttention ``BlockMask`` (for a model whose
+    attention implementation is ``flex_attention``). Dense attention costs W^2 a row, so rows
+    are filled only up to the width that makes the whole forward cheapest (``pair_weight``: see
+    ``attention_pair_weight``; 0 for block masks: the widest rows); a batch where no row holds two
+    steps is packed as ``pack`` does."""
     tries, placed = _place(seqs, budget, pair_weight)
     if len(tries) == len(seqs):  # nothing shared: padded rows, no 4D mask to build or apply
         return pack(seqs, device)
     width = max(t.size for t in tries)
     ids = torch.zeros((len(tries), width), dtype=torch.long)
     positions = torch.zeros((len(tries), width), dtype=torch.long)
-    mask = torch.full((len(tries), width, width), torch.finfo(dtype).min, dtype=dtype)
     for r, trie in enumerate(tries):
-        n = trie.size
-        ids[r, :n] = torch.tensor(trie.tokens)
-        positions[r, :n] = torch.tensor(trie.depths)
-        mask[r, :n, :n].masked_fill_(_visibility(trie), 0.0)
-        padding = torch.arange(n, width)
-        mask[r, padding, padding] = 0.0  # padding sees itself only (no row of -inf)
-    mask = mask.unsqueeze(1)
+        ids[r, : trie.size] = torch.tensor(trie.tokens)
+        positions[r, : trie.size] = torch.tensor(trie.depths)
+    mask = _block_mask(tries, width, device) if block_mask else _dense_mask(tries, width, dtype).to(device)
     predict, last_prompt = [], []
     for s, (r, nodes) in zip(seqs, placed):
         base = r * width
         predict += [base + nodes[p] for p in range(len(s.prompt) - 1, len(s.ids) - 1)]
         last_prompt.append(base + nodes[len(s.prompt) - 1])
     return Packed(
-        ids=ids.to(device), attention=mask.to(device), position_ids=positions.to(device),
+        ids=ids.to(device), attention=mask, position_ids=positions.to(device),
         predict_index=torch.tensor(predict, device=device), last_prompt_index=torch.tensor(last_prompt, device=device),
         forward_tokens=sum(t.size for t in tries), sequence_tokens=sum(len(s.ids) for s in seqs),
         **completion_fields(seqs, device),
