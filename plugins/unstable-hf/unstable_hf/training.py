@@ -76,17 +76,16 @@ class LoraLearner:
         self.optimizer = self.optimizers["policy"]
         self.version = 0
         self.counts: Counter[str] = Counter()
-        self.shared = options.prefix_sharing
         self.pair_weight = attention_pair_weight(self.model.config)
-        self.block_mask = False
-        why = self.policy.prefix_sharing_unsupported()
-        if self.shared and why is not None:
-            self.shared = False
-            log.warning("prefix sharing is off for %s: %s; the learner forwards one padded row per step", model, why)
-        self.set_prefix_sharing(self.shared)
+        self.set_prefix_sharing(options.prefix_sharing)
 
     def set_prefix_sharing(self, on: bool) -> None:
-        """Turn prefix-shared rows on or off (``prefix_attention`` picks their masks)."""
+        """Turn prefix-shared rows on (where the model takes them) or off; ``prefix_attention``
+        picks their masks."""
+        why = self.policy.prefix_sharing_unsupported() if on else None
+        if why is not None:
+            on = False
+            log.warning("prefix sharing is off for %s: %s; the learner forwards one padded row per step", self.base_model, why)
         self.shared = on
         self.block_mask = False  # 'auto': dense, measured faster than block masks on CPU and on an H100
         if on and self.options.prefix_attention == "flex":
