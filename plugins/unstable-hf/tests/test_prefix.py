@@ -10,7 +10,7 @@ import torch
 from unstable_core import Batch, Step, Turn
 from unstable_hf.options import LearnerOptions
 from unstable_hf.testing import self_play_steps
-from unstable_hf.training import LoraLearner, Sequence, pack, pack_shared, sequences
+from unstable_hf.training import LoraLearner, Sequence, pack_shared
 
 torch.set_num_threads(1)
 
@@ -213,7 +213,6 @@ def test_flex_attention_on_a_cpu_keeps_dense_masks_with_one_log_line(tiny_path, 
     assert len(said) == 1 and "CUDA only" in said[0]
     assert not L.block_mask and L.shared and L.policy.attention == "sdpa"
     assert L.update(Batch(steps=kuhn_steps, learner_version=0))["prefix_share"] > 0.5
-
 
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device: FlexAttention trains on CUDA only")

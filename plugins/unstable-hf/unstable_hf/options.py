@@ -62,6 +62,6 @@ class LearnerOptions(ModelLoadOptions):
         "auto",
         description="How prefix-shared rows restrict attention to ancestors: 'dense' additive 4D masks (any device; attention "
                     "costs W^2 per row), 'flex' FlexAttention block masks (CUDA only: attention over the blocks a token's "
-                    "ancestors are in, the lowest peak memory), 'auto' the faster of the two as measured (docs/performance.md): "
-                    "dense on CPU and, in float32 on an H100, on CUDA too.",
+                    "ancestors are in, the lowest peak memory), 'auto' dense (block masks cannot train on a CPU and were slower "
+                    "than dense masks on an H100 in float32: docs/performance.md).",
     )

@@ -87,7 +87,7 @@ class LoraLearner:
             on = False
             log.warning("prefix sharing is off for %s: %s; the learner forwards one padded row per step", self.base_model, why)
         self.shared = on
-        self.block_mask = False  # 'auto': dense, measured faster than block masks on CPU and on an H100
+        self.block_mask = False  # 'auto' = dense: block masks train on CUDA only and were slower there (docs/performance.md)
         if on and self.options.prefix_attention == "flex":
             why = self.policy.flex_attention_unsupported()
             if why is None:
