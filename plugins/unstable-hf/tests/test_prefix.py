@@ -1,6 +1,7 @@
 """Prefix-shared packing: the tries by hand, and logprobs and LoRA gradients equal to the padded
 path on real self-play batches and corner cases (float64: logprobs to 1e-10, gradients to 1e-6
-of the largest, 1e-12 where nothing is shared; float32: 1e-5)."""
+of the largest with the model as it ships, 1e-12 where nothing is shared, 1e-10 with its norms in
+float64; float32: 1e-5)."""
 
 import random
 
@@ -241,3 +242,27 @@ def test_flex_block_masks_on_corner_cases_and_with_gradient_checkpointing(tiny_p
     compare(tiny_path, nested + duplicates, max_train_len=5, mini_batch_size=2, prefix_attention="flex", **kw)
     compare(tiny_path, kuhn_steps[:12], gradient_checkpointing=True, mini_batch_size=6, prefix_attention="flex", **kw)
     assert not compare(tiny_path, kuhn_steps[:12], **kw).block_mask  # auto: dense masks on CUDA too
+
+
+@pytest.fixture
+def float64_norms(monkeypatch):
+    """Qwen3's RMSNorm with its float32 round trip taken out (the model's code, not the
+    learner's): what is left of the gradient difference is the shared path's own."""
+    from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
+
+    def forward(self, hidden_states):
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        return self.weight * (hidden_states * torch.rsqrt(variance + self.variance_epsilon))
+
+    monkeypatch.setattr(Qwen3RMSNorm, "forward", forward)
+
+
+def test_with_float64_norms_every_gradient_is_within_1e_10(tiny_path, kuhn_steps, float64_norms):
+    duplicates = [step([5, 6, 7, 8], [9, 10], 1.0), step([5, 6, 7, 8], [9, 10], 0.5), step([5, 6, 7, 8], [9, 11], -1.0)]
+    nested = [step([5, 6, 7], [8, 9], 1.0), step([5, 6, 7, 8, 9, 12], [13], -1.0), step([5, 6], [7], 0.3)]
+    tight = {"rtol": 1e-10, "grad_rtol": 1e-10}
+    compare(tiny_path, kuhn_steps, mini_batch_size=8, prefix_budget=1024, **tight)
+    compare(tiny_path, duplicates, **tight)
+    compare(tiny_path, nested, **tight)
+    compare(tiny_path, nested + duplicates, max_train_len=5, mini_batch_size=2, **tight)
+    compare(tiny_path, kuhn_steps[:12], gradient_checkpointing=True, mini_batch_size=6, **tight)
