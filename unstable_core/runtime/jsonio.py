@@ -18,7 +18,7 @@ def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2, sort_keys=True)
+            fh.write(json.dumps(data, indent=2, sort_keys=True))  # one write: json.dump writes each piece
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

@@ -107,22 +107,25 @@ class Listeners:
     """Components that subscribed (``ctx.subscribe``) to the lifecycle events of one role."""
 
     def __init__(self) -> None:
-        self.pm = pluggy.PluginManager("unstable")
-        self.pm.add_hookspecs(hookspecs)
+        self.pm: pluggy.PluginManager | None = None  # made by the first subscriber (~1 ms, most runs have none)
         self.names: dict[str, str] = {}
 
     def subscribe(self, component: Any) -> None:
+        if self.pm is None:
+            self.pm = pluggy.PluginManager("unstable")
+            self.pm.add_hookspecs(hookspecs)
         name = f"component-{len(self.names)}"
         self.pm.register(component, name=name)
         self.names[name] = f"component {type(component).__name__}"
 
     def wants(self, hook_name: str) -> bool:
-        return bool(getattr(self.pm.hook, hook_name).get_hookimpls())
+        return self.pm is not None and bool(getattr(self.pm.hook, hook_name).get_hookimpls())
 
     def emit(self, hook_name: str, ctx: Any) -> None:
         from ..plugins import call_each
 
-        call_each(self.pm, hook_name, lambda n: self.names.get(n, n), {"ctx": ctx})
+        if self.pm is not None:
+            call_each(self.pm, hook_name, lambda n: self.names.get(n, n), {"ctx": ctx})
 
 
 class Builder:
