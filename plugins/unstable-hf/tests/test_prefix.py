@@ -163,12 +163,19 @@ def step(prompt, completion, reward, game=0):
     return Step(env_id="E", game_idx=game, player_id=0, turn_index=0, num_turns=1, turn=t, final_reward=reward, reward=reward)
 
 
+def duplicate_steps():
+    return [step([5, 6, 7, 8], [9, 10], 1.0), step([5, 6, 7, 8], [9, 10], 0.5), step([5, 6, 7, 8], [9, 11], -1.0)]
+
+
+def nested_steps():
+    """A prompt that is a prefix of another step's prompt + completion."""
+    return [step([5, 6, 7], [8, 9], 1.0), step([5, 6, 7, 8, 9, 12], [13], -1.0), step([5, 6], [7], 0.3)]
+
+
 def test_corner_cases_give_the_padded_gradients(tiny_path):
     rng = random.Random(0)
     nothing_shared = [step([3 + i] + [rng.randrange(3, 300) for _ in range(6)], [rng.randrange(3, 300)], (-1) ** i) for i in range(5)]
-    duplicates = [step([5, 6, 7, 8], [9, 10], 1.0), step([5, 6, 7, 8], [9, 10], 0.5), step([5, 6, 7, 8], [9, 11], -1.0)]
-    # a prompt that is a prefix of another step's prompt + completion
-    nested = [step([5, 6, 7], [8, 9], 1.0), step([5, 6, 7, 8, 9, 12], [13], -1.0), step([5, 6], [7], 0.3)]
+    duplicates, nested = duplicate_steps(), nested_steps()
     compare(tiny_path, nothing_shared, grad_rtol=1e-12)  # nothing summed at a shared node: float64 throughout
     for steps in (duplicates, nested):
         compare(tiny_path, steps)
@@ -234,8 +241,7 @@ def test_flex_block_masks_give_the_padded_logprobs_and_gradients_on_cuda(tiny_pa
 
 @cuda
 def test_flex_block_masks_on_corner_cases_and_with_gradient_checkpointing(tiny_path, kuhn_steps):
-    duplicates = [step([5, 6, 7, 8], [9, 10], 1.0), step([5, 6, 7, 8], [9, 10], 0.5), step([5, 6, 7, 8], [9, 11], -1.0)]
-    nested = [step([5, 6, 7], [8, 9], 1.0), step([5, 6, 7, 8, 9, 12], [13], -1.0), step([5, 6], [7], 0.3)]
+    duplicates, nested = duplicate_steps(), nested_steps()
     kw = {"dtype": "float32", "rtol": 1e-5, "grad_rtol": 1e-5, "device": "cuda"}
     for steps in (duplicates, nested):
         assert compare(tiny_path, steps, prefix_attention="flex", **kw).block_mask
@@ -258,8 +264,7 @@ def float64_norms(monkeypatch):
 
 
 def test_with_float64_norms_every_gradient_is_within_1e_10(tiny_path, kuhn_steps, float64_norms):
-    duplicates = [step([5, 6, 7, 8], [9, 10], 1.0), step([5, 6, 7, 8], [9, 10], 0.5), step([5, 6, 7, 8], [9, 11], -1.0)]
-    nested = [step([5, 6, 7], [8, 9], 1.0), step([5, 6, 7, 8, 9, 12], [13], -1.0), step([5, 6], [7], 0.3)]
+    duplicates, nested = duplicate_steps(), nested_steps()
     tight = {"rtol": 1e-10, "grad_rtol": 1e-10}
     compare(tiny_path, kuhn_steps, mini_batch_size=8, prefix_budget=1024, **tight)
     compare(tiny_path, duplicates, **tight)
