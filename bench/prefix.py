@@ -1,27 +1,31 @@
 """Prefix-shared against padded learner forward: loss + backward time, peak memory, forward tokens,
-gradient agreement.
+gradient agreement, for each prefix-shared layout (``masks``: prefix tries in rows with ancestor
+masks; ``segments``: cached-prefix segments).
 
-    python bench/prefix.py [--quick] [--device cpu|cuda] [--steps 64] [--runs 5] [--prefix-attention auto|dense|flex]
+    python bench/prefix.py [--quick] [--device cpu|cuda] [--steps 64] [--runs 5] [--layouts masks,segments]
+                           [--prefix-attention auto|dense|flex]
 
 The batch: ``--steps`` consecutive steps of whole games of scripted self-play (``random-valid``
 in both seats, every turn) on KuhnPoker-v0-train and on TicTacToe-v0-train, rendered with the
 ``qwen3-zs`` template and tokenized by the kuhn-tiny tokenizer. Models, both with LoRA r16 in
 float32: (a) the kuhn-tiny model, (b) a random-init model shaped like Qwen3-0.6B with 4 layers
-(hidden 1024, 16 heads of 128, 8 KV heads, MLP 3072, vocabulary 151,936). Each (model, batch,
-path) is one process that runs the REINFORCE loss over the batch in ``--mini-batch`` chunks
-and its backward: first once per path, for its peak memory (on the CPU the peak RSS, reset
-between the paths through ``/proc/self/clear_refs`` after freed memory is handed back with
-``malloc_trim``; on CUDA the allocator's peak) and its gradients, then the two paths alternately
-(ABBA order), one warm-up each, and the median of ``--runs`` timed runs of each. This machine's
-speed drifts by tens of percent from one process to the next, which timing both paths in one
-process cancels. "noshare" is the Kuhn batch with a distinct first token on every step, so no
-two steps share a prefix.
+(hidden 1024, 16 heads of 128, 8 KV heads, MLP 3072, vocabulary 151,936). Each (model, batch)
+is one process that runs the REINFORCE loss over the batch in ``--mini-batch`` chunks and its
+backward: first once per path (padded and each layout), for its peak memory (on the CPU the peak
+RSS, reset between the paths through ``/proc/self/clear_refs`` after freed memory is handed back
+with ``malloc_trim``; on CUDA the allocator's peak) and its gradients, then the paths in turn,
+forwards and backwards (ABBA order), one warm-up each, and the median of ``--runs`` timed runs of
+each. This machine's speed drifts by tens of percent from one process to the next, which timing
+the paths in one process cancels. "noshare" is the Kuhn batch with a distinct first token on
+every step, so no two steps share a prefix.
 
 Ends with ``summary: speedup_kuhn=X speedup_qwen=Y noshare_ratio=Z grad_rel_err=E``: padded over
-shared time on KuhnPoker for each model, shared over padded time on the noshare batch (tiny
-model), and the largest LoRA-gradient difference relative to the largest gradient (float32).
-``--quick`` (16 steps, a 2-layer Qwen shape on KuhnPoker only, 2 runs of it) takes about 3
-minutes on 2 CPU cores.
+prefix-shared time on KuhnPoker for each model, prefix-shared over padded time on the noshare
+batch (tiny model), each with the first of ``--layouts`` (``masks``, the learners' default; the
+faster layout is marked ``*``: the one ``prefix_layout = "auto"`` keeps when its own timings
+agree), and the largest LoRA-gradient difference relative to the largest gradient (float32, any
+layout). ``--quick`` (16 steps, a 2-layer Qwen shape on KuhnPoker
+only, 2 runs of it) takes about 3 minutes on 2 CPU cores.
 """
 
 from __future__ import annotations
@@ -117,7 +121,7 @@ def worker(args: argparse.Namespace) -> None:
     steps = sorted(steps, key=lambda s: s.turn.prompt_token_ids + s.turn.completion_token_ids)  # as the learner does
 
     def loss_and_backward(path: str) -> None:
-        learner.set_prefix_sharing(path == "shared")
+        learner.set_prefix_sharing(path != "padded", layout=None if path == "padded" else path)
         learner.counts.clear()
         for p in learner.params:
             p.grad = None
@@ -126,32 +130,32 @@ def worker(args: argparse.Namespace) -> None:
         if args.device.startswith("cuda"):
             torch.cuda.synchronize()
 
-    paths = ("padded", "shared")
+    paths = ("padded", *args.layouts.split(","))
     rows, grads = {}, {}
     for path in paths:  # memory, gradients, forward tokens; also the warm-up
         reset_peak(args.device)
         loss_and_backward(path)
         rows[path] = {"peak_mib": peak_mib(args.device), "forward_tokens": learner.counts["forward_tokens"],
-                      "attention": "flex block masks" if path == "shared" and learner.block_mask else learner.policy.attention,
+                      "attention": "flex block masks" if path == "masks" and learner.block_mask else learner.policy.attention,
                       "sequence_tokens": learner.counts["sequence_tokens"]}
         grads[path] = {n: p.grad.detach().float().cpu() for n, p in learner.trainable().items()}
     times: dict[str, list[float]] = {path: [] for path in paths}
     for run in range(args.runs):
-        for path in paths if run % 2 == 0 else paths[::-1]:  # ABBA: neither path always runs second
+        for path in paths if run % 2 == 0 else paths[::-1]:  # ABBA: no path always runs last
             start = time.perf_counter()
             loss_and_backward(path)
             times[path].append(time.perf_counter() - start)
     for path in paths:
         rows[path]["seconds"] = statistics.median(times[path])
     scale = max(float(g.abs().max()) for g in grads["padded"].values())
-    err = max(float((grads["padded"][n] - grads["shared"][n]).abs().max()) for n in grads["padded"]) / scale
+    err = {path: max(float((grads["padded"][n] - grads[path][n]).abs().max()) for n in grads["padded"]) / scale for path in paths[1:]}
     print(json.dumps({"rows": rows, "grad_err": err}))
 
 
 def run(args: argparse.Namespace, model_kind: str, env: str, noshare: bool) -> dict:
     cmd = [sys.executable, __file__, "--worker", "--model", model_kind, "--env", env,
            "--steps", str(args.steps), "--runs", str(2 if args.quick and model_kind == "qwen" else args.runs), "--layers", str(args.layers), "--device", args.device,
-           "--budget", str(args.budget), "--mini-batch", str(args.mini_batch), "--prefix-attention", args.prefix_attention, "--dtype", args.dtype] + (["--noshare"] if noshare else [])
+           "--budget", str(args.budget), "--layouts", args.layouts, "--mini-batch", str(args.mini_batch), "--prefix-attention", args.prefix_attention, "--dtype", args.dtype] + (["--noshare"] if noshare else [])
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         raise SystemExit(f"worker failed: {' '.join(cmd)}\n{out.stderr[-3000:]}")
@@ -171,6 +175,8 @@ def main() -> None:
     ap.add_argument("--prefix-attention", default="auto", choices=["auto", "dense", "flex"],
                     help="the shared path's masks: dense 4D, FlexAttention block masks (CUDA), auto (dense: measured faster)")
     ap.add_argument("--models", default="tiny,qwen", help="which models to run (the summary needs both)")
+    ap.add_argument("--layouts", default="masks,segments",
+                    help="the prefix-shared layouts to time against padded (the summary reads the first)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--model", default="tiny", help=argparse.SUPPRESS)
     ap.add_argument("--env", default="KuhnPoker-v0-train", help=argparse.SUPPRESS)
@@ -187,17 +193,20 @@ def main() -> None:
           f"prefix_attention {args.prefix_attention}, "
           f"budget {args.budget}, median of {args.runs} runs ({2 if args.quick else args.runs} for qwen); "
           f"qwen = Qwen3-0.6B shape with {args.layers} layers")
-    print(f"{'model':<6} {'batch':<20} {'path':<7} {'seconds':>8} {'peak MiB':>9} {'fwd tokens':>11} {'of':>7} {'speedup':>8} {'grad err':>9}  attention")
+    print(f"{'model':<6} {'batch':<20} {'path':<10}{'seconds':>8} {'peak MiB':>9} {'fwd tokens':>11} {'of':>7} {'speedup':>8} {'grad err':>9}  attention")
     results: dict[tuple[str, str, bool], tuple[float, float]] = {}
     for model_kind, env, noshare in cases:
         label = ("noshare " if noshare else "") + env.split("-")[0]
         out = run(args, model_kind, env, noshare)
         rows, err = out["rows"], out["grad_err"]
-        speedup = rows["padded"]["seconds"] / rows["shared"]["seconds"]
-        results[(model_kind, env, noshare)] = (speedup, err)
+        padded = rows["padded"]["seconds"]
+        fastest = min(err, key=lambda path: rows[path]["seconds"])  # what 'auto' keeps
+        default = next(iter(err))  # the first of --layouts: masks, the learners' default
+        results[(model_kind, env, noshare)] = (padded / rows[default]["seconds"], max(err.values()))
         for path, r in rows.items():
-            extra = f"{speedup:>8.2f} {err:>9.1e}" if path == "shared" else " " * 18
-            print(f"{model_kind:<6} {label:<20} {path:<7} {r['seconds']:>8.3f} {r['peak_mib']:>9.0f} "
+            extra = f"{padded / r['seconds']:>8.2f} {err[path]:>9.1e}" if path in err else " " * 18
+            mark = "*" if path == fastest and len(err) > 1 else " "
+            print(f"{model_kind:<6} {label:<20} {path:<9}{mark}{r['seconds']:>8.3f} {r['peak_mib']:>9.0f} "
                   f"{r['forward_tokens']:>11} {r['sequence_tokens']:>7} {extra}  {r['attention']}")
     kuhn = "KuhnPoker-v0-train"
     if len({m for m, _e, _n in cases}) < 2:

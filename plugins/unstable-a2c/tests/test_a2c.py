@@ -194,7 +194,7 @@ def test_the_critic_reads_the_same_values_from_prefix_shared_rows(tiny_path):
     from transformers import AutoTokenizer
 
     from unstable_hf.testing import self_play_steps
-    from unstable_hf.training import pack_shared, sequences
+    from unstable_hf.training import pack_segments, pack_shared, sequences
 
     steps = self_play_steps(AutoTokenizer.from_pretrained(tiny_path), "KuhnPoker-v0-train", n=20)
     steps = [s for s in steps if s.game_idx < steps[-1].game_idx]  # whole games only
@@ -207,3 +207,6 @@ def test_the_critic_reads_the_same_values_from_prefix_shared_rows(tiny_path):
         assert shared.forward_tokens < 0.6 * shared.sequence_tokens
         assert torch.allclose(shared_values, L.critic.values(padded), rtol=1e-10, atol=1e-12)
         assert float(shared_values.std()) > 0
+        segments = pack_segments(seqs, forward_cost=10.0)  # the other layout: cached-prefix segments
+        assert len(segments.segments) < len(seqs) and segments.forward_tokens < 0.8 * segments.sequence_tokens
+        assert torch.allclose(L.critic.values(segments), L.critic.values(padded), rtol=1e-10, atol=1e-12)

@@ -102,6 +102,104 @@ def test_the_trie_takes_sequences_in_sorted_order_only():
         trie.insert([1, 2])
 
 
+def test_segments_forward_a_groups_common_prefix_once_and_its_suffixes_against_it():
+    from unstable_hf.segments import pack_segments
+
+    seqs = [Sequence([5, 6, 7], [8], []), Sequence([5, 6, 9], [10, 11], []), Sequence([5, 6, 7], [8], [])]
+    # a forward costs 10 tokens: one group (2 + 3 x 3 + 2 x 10 = 31) beats the duplicates apart (5 + 20 + 15)
+    p = pack_segments(seqs, forward_cost=10.0)  # one group: prefix 5 6, suffixes 7 8 / 7 8 / 9 10 11 (sorted)
+    (seg,) = p.segments
+    assert seg.prefix.tolist() == [[5, 6]] and seg.ids.tolist() == [[7, 8, 0], [7, 8, 0], [9, 10, 11]]
+    assert seg.attention.tolist() == [[1, 1, 1, 1, 0], [1, 1, 1, 1, 0], [1, 1, 1, 1, 1]]
+    assert seg.position_ids.tolist() == [[2, 3, 4]] * 3
+    # flat hidden states: prefix 0-1, then rows of 3 from 2; step 0 is the first sorted row, step 2 the second
+    assert p.predict_index.tolist() == [2, 8, 9, 5] and p.last_prompt_index.tolist() == [2, 8, 5]
+    assert p.forward_tokens == 2 + 2 + 2 + 3 and p.sequence_tokens == 4 + 5 + 4 and p.ids.shape == (1, 11)
+    # a prompt that is all prefix: the prediction of its completion reads the prefix's hidden state
+    p = pack_segments([Sequence([5, 6], [7], []), Sequence([5, 6, 7, 8], [9], []), Sequence([5, 6, 7, 9], [10], [])], forward_cost=10.0)
+    assert p.segments[0].prefix.tolist() == [[5, 6]] and p.last_prompt_index.tolist() == [1, 6, 9]
+    assert p.predict_index.tolist() == [1, 6, 9]
+    # nothing shared: one forward of padded rows, no prefix
+    p = pack_segments([Sequence([1, 2], [3], []), Sequence([4], [5], [])], forward_cost=10.0)
+    assert len(p.segments) == 1 and p.segments[0].prefix is None and p.segments[0].ids.tolist() == [[1, 2, 3], [4, 5, 0]]
+
+
+def test_the_segment_plan_is_the_cheapest_cut_of_the_sorted_steps():
+    # against every way to cut the steps into runs, the group cost as documented
+    import itertools
+
+    from unstable_hf.segments import group_cost, plan
+
+    def cost_of(lengths, shared, i, j, pw, fc):
+        prefix = min(min(shared[i + 1 : j]), min(lengths[i:j]) - 1) if j - i > 1 else 0
+        return group_cost(prefix, j - i, max(lengths[i:j]) - prefix, pw, fc)
+
+    rng = random.Random(2)
+    for _ in range(40):
+        seqs = [Sequence([rng.randrange(2) for _ in range(rng.randrange(1, 9))], [rng.randrange(2)], []) for _ in range(rng.randrange(1, 8))]
+        from unstable_hf.prefix import sorted_steps
+
+        _order, ids, shared = sorted_steps(seqs)
+        lengths = [len(x) for x in ids]
+        pw, fc = rng.choice([0.0, 0.05, 1.0]), rng.choice([0.0, 3.0, 50.0])
+        got = plan(lengths, shared, pw, fc)
+        assert [g[0] for g in got] == [0] + [g[1] for g in got[:-1]] and got[-1][1] == len(ids)
+        got_cost = sum(cost_of(lengths, shared, i, j, pw, fc) for i, j, _p in got)
+        n = len(ids)
+        best = min(sum(cost_of(lengths, shared, a, b, pw, fc) for a, b in zip((0, *cuts), (*cuts, n)))
+                   for k in range(n) for cuts in itertools.combinations(range(1, n), k))
+        assert got_cost == pytest.approx(best)
+
+
+def test_the_layout_choice_alternates_then_keeps_the_faster_per_token(caplog):
+    from unstable_hf.layout import LayoutChoice
+
+    choice = LayoutChoice(["masks", "segments"], trials=2, model="m")
+    seconds = {"masks": [9e-3, 2e-3, 2.2e-3], "segments": [1e-4, 3e-3, 3.2e-3]}  # segments' warm-up alone is fast
+    with caplog.at_level("INFO", logger="unstable.hf"):
+        for _ in range(3):
+            for expected in ("masks", "segments"):
+                layout = choice.next()
+                assert layout == expected and choice.chosen is None
+                choice.record(layout, seconds[layout].pop(0), tokens=1000)
+    assert choice.chosen == "masks" and choice.next() == "masks" and choice.next() == "masks"
+    assert [r.getMessage() for r in caplog.records] == ["prefix layout for m: masks (masks 2.1, segments 3.1 µs a token)"]
+    assert LayoutChoice(["padded"]).chosen == "padded"
+
+
+def test_auto_layout_times_both_on_the_first_chunks_and_keeps_one(tiny_path, kuhn_steps, caplog):
+    assert make(tiny_path, True).layouts.candidates == ["masks"]  # the default: reproducible runs
+    L = make(tiny_path, True, mini_batch_size=3, prefix_layout="auto")  # 8 chunks an update
+    assert L.layouts.candidates == ["masks", "segments"]
+    with caplog.at_level("INFO", logger="unstable.hf"):
+        m = L.update(Batch(steps=kuhn_steps, learner_version=0))
+    assert L.layouts.chosen in ("masks", "segments") and 0.3 < m["prefix_share"] < 1 and m["prefix_segments"] == 0.5
+    assert [len(t) for t in L.layouts.timings.values()] == [4, 4]
+    assert len([r for r in caplog.records if "prefix layout" in r.getMessage()]) == 1
+    m = L.update(Batch(steps=kuhn_steps, learner_version=1))
+    assert [len(t) for t in L.layouts.timings.values()] == [4, 4] and L.layout == L.layouts.chosen
+    assert m["prefix_segments"] == float(L.layout == "segments")
+
+
+def test_a_restored_learner_gives_its_chunks_the_layouts_the_uninterrupted_one_would(tiny_path, kuhn_steps):
+    import json
+
+    L = make(tiny_path, True, mini_batch_size=8, prefix_layout="auto")  # 3 chunks: masks, segments, masks
+    L.update(Batch(steps=kuhn_steps, learner_version=0))
+    state = json.loads(json.dumps(L.state_dict()["prefix_layout"]))  # snapshots go through JSON
+    R = make(tiny_path, True, mini_batch_size=8, prefix_layout="auto")
+    R.layouts.load_state_dict(state)
+    assert [R.layouts.next() for _ in range(3)] == [L.layouts.next() for _ in range(3)] == ["segments", "masks", "segments"]
+    chosen = make(tiny_path, True, mini_batch_size=3, prefix_layout="auto")
+    chosen.update(Batch(steps=kuhn_steps, learner_version=0))
+    R = make(tiny_path, True, prefix_layout="auto")
+    R.load_state_dict(chosen.state_dict())
+    assert R.layouts.chosen == chosen.layouts.chosen is not None and R.layouts.timings == chosen.layouts.timings
+    F = make(tiny_path, True)  # a fixed layout ignores a saved choice
+    F.load_state_dict(chosen.state_dict())
+    assert F.layouts.candidates == ["masks"] and F.layouts.chosen == "masks"
+
+
 class Plain(LoraLearner):
     def loss(self, steps, batch_size):
         packed = self.pack(steps)
@@ -148,13 +246,19 @@ def kuhn_steps(tiny_path):
     return self_play_steps(AutoTokenizer.from_pretrained(tiny_path), "KuhnPoker-v0-train", n=24)
 
 
-def test_a_real_self_play_batch_gives_the_padded_logprobs_and_gradients(tiny_path, kuhn_steps):
-    learner = compare(tiny_path, kuhn_steps, mini_batch_size=8, prefix_budget=1024)
+LAYOUTS = pytest.mark.parametrize("layout", ["masks", "segments"])
+
+
+@LAYOUTS
+def test_a_real_self_play_batch_gives_the_padded_logprobs_and_gradients(tiny_path, kuhn_steps, layout):
+    learner = compare(tiny_path, kuhn_steps, mini_batch_size=8, prefix_budget=1024, prefix_layout=layout)
+    assert learner.layout == layout
     assert learner.counts["forward_tokens"] < 0.5 * learner.counts["sequence_tokens"]
 
 
-def test_float32_within_1e_5(tiny_path, kuhn_steps):
-    compare(tiny_path, kuhn_steps, dtype="float32", rtol=1e-5, grad_rtol=1e-5, mini_batch_size=24)
+@LAYOUTS
+def test_float32_within_1e_5(tiny_path, kuhn_steps, layout):
+    compare(tiny_path, kuhn_steps, dtype="float32", rtol=1e-5, grad_rtol=1e-5, mini_batch_size=24, prefix_layout=layout)
 
 
 def step(prompt, completion, reward, game=0):
@@ -172,18 +276,24 @@ def nested_steps():
     return [step([5, 6, 7], [8, 9], 1.0), step([5, 6, 7, 8, 9, 12], [13], -1.0), step([5, 6], [7], 0.3)]
 
 
-def test_corner_cases_give_the_padded_gradients(tiny_path):
+@LAYOUTS
+def test_corner_cases_give_the_padded_gradients(tiny_path, layout):
     rng = random.Random(0)
     nothing_shared = [step([3 + i] + [rng.randrange(3, 300) for _ in range(6)], [rng.randrange(3, 300)], (-1) ** i) for i in range(5)]
     duplicates, nested = duplicate_steps(), nested_steps()
-    compare(tiny_path, nothing_shared, grad_rtol=1e-12)  # nothing summed at a shared node: float64 throughout
+    compare(tiny_path, nothing_shared, grad_rtol=1e-12, prefix_layout=layout)  # nothing summed at a shared node: float64 throughout
     for steps in (duplicates, nested):
-        compare(tiny_path, steps)
-    compare(tiny_path, nested + duplicates, max_train_len=5, mini_batch_size=2)  # truncation, several chunks
+        compare(tiny_path, steps, prefix_layout=layout)
+    compare(tiny_path, nested + duplicates, max_train_len=5, mini_batch_size=2, prefix_layout=layout)  # truncation, several chunks
 
 
-def test_gradient_checkpointing_with_shared_rows(tiny_path, kuhn_steps):
-    compare(tiny_path, kuhn_steps[:12], gradient_checkpointing=True, mini_batch_size=6)
+def test_gradient_checkpointing_with_shared_rows(tiny_path, kuhn_steps, caplog):
+    assert compare(tiny_path, kuhn_steps[:12], gradient_checkpointing=True, mini_batch_size=6).layouts.candidates == ["masks"]
+    with caplog.at_level("WARNING", logger="unstable.hf"):  # transformers drops the KV cache under checkpointing
+        L = compare(tiny_path, kuhn_steps[:12], gradient_checkpointing=True, mini_batch_size=6, prefix_layout="segments")
+    assert L.layout == "masks"
+    said = [r.getMessage() for r in caplog.records if "prefix_layout" in r.getMessage()]
+    assert len(said) == 1 and "gradient checkpointing" in said[0]  # the shared learner only: the padded one shares nothing
 
 
 def test_metrics_report_forward_tokens_and_the_share(tiny_path, kuhn_steps):
@@ -263,9 +373,10 @@ def float64_norms(monkeypatch):
     monkeypatch.setattr(Qwen3RMSNorm, "forward", forward)
 
 
-def test_with_float64_norms_every_gradient_is_within_1e_10(tiny_path, kuhn_steps, float64_norms):
+@LAYOUTS
+def test_with_float64_norms_every_gradient_is_within_1e_10(tiny_path, kuhn_steps, float64_norms, layout):
     duplicates, nested = duplicate_steps(), nested_steps()
-    tight = {"rtol": 1e-10, "grad_rtol": 1e-10}
+    tight = {"rtol": 1e-10, "grad_rtol": 1e-10, "prefix_layout": layout}
     compare(tiny_path, kuhn_steps, mini_batch_size=8, prefix_budget=1024, **tight)
     compare(tiny_path, duplicates, **tight)
     compare(tiny_path, nested, **tight)

@@ -58,6 +58,15 @@ class LearnerOptions(ModelLoadOptions):
     max_generation_len: int = Field(4096, ge=1, description="The constant normaliser.")
     prefix_sharing: bool = Field(True, description="Forward every token the steps of a chunk share once (prefix tries, ancestor attention masks); false: one padded row per step.")
     prefix_budget: int = Field(2048, ge=16, description="Most tokens in one prefix-shared row.")
+    prefix_layout: Literal["masks", "segments", "auto"] = Field(
+        "masks",
+        description="How prefix-shared steps are forwarded: 'masks' prefix tries packed in rows with ancestor attention "
+                    "masks (the faster on most batches measured), 'segments' each group's common prefix forwarded once "
+                    "with a KV cache and its suffixes as one batch against it (not with gradient_checkpointing: "
+                    "transformers drops the cache there), 'auto' both timed on the first chunks of training, then the "
+                    "faster per token on this model and device; the choice comes from timings, so two 'auto' runs may "
+                    "differ in rounding where a sync run is otherwise reproducible (docs/performance.md).",
+    )
     prefix_attention: Literal["auto", "dense", "flex"] = Field(
         "auto",
         description="How prefix-shared rows restrict attention to ancestors: 'dense' additive 4D masks (any device; attention "

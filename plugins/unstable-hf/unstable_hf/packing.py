@@ -63,6 +63,7 @@ class Packed:
     completion_lengths: torch.Tensor  # [B]
     forward_tokens: int  # positions the forward computes (padding excluded)
     sequence_tokens: int  # prompt + completion tokens of all steps
+    segments: list[Any] | None = None  # cached-prefix segments (``segments.py``): then ``ids`` is [1, T], only a shape
 
     def per_step(self, per_token: torch.Tensor) -> torch.Tensor:
         """Sum a per-token tensor [N] over each step's completion: [B]."""

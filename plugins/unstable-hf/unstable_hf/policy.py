@@ -19,6 +19,7 @@ from .loading import load_causal_lm, resolve_model_path, with_lora
 from .logprobs import token_logprobs
 from .options import LearnerOptions
 from .packing import Packed
+from .segments import segment_hidden_states
 
 
 def split_body_and_head(causal_lm: Any) -> tuple[Any, Any]:
@@ -47,8 +48,10 @@ def _attention_for(body: Any, packed: Packed) -> None:
 
 def hidden_states(body: Any, packed: Packed) -> torch.Tensor:
     """A decoder's last hidden states [R, W, H] for packed rows (padded or prefix-shared: the
-    mask and position ids come with them)."""
+    mask and position ids come with them); [1, T, H] for cached-prefix segments."""
     _attention_for(body, packed)
+    if packed.segments is not None:
+        return segment_hidden_states(body, packed.segments)
     return body(input_ids=packed.ids, attention_mask=packed.attention, position_ids=packed.position_ids).last_hidden_state
 
 

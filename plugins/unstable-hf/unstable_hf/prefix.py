@@ -75,19 +75,41 @@ class _Trie:
         return ends
 
 
-def attention_pair_weight(config: Any, overhead: float = 2.5) -> float:
-    """What one (query, key) pair of dense attention costs, in units of the rest of one token's
-    work (projections and MLP), from a transformers config; 0 when the config does not say.
-    ``overhead``: masked attention on a CPU measured about 2.5 times its multiply-adds' share."""
+def _token_work(config: Any) -> tuple[float, float]:
+    """(multiply-adds of one token's projections and MLP in one layer, of one attention pair in one
+    layer) from a transformers config; (0, 0) when the config does not say."""
     hidden = getattr(config, "hidden_size", None)
     heads = getattr(config, "num_attention_heads", None)
     mlp = getattr(config, "intermediate_size", None)
     if not (hidden and heads and mlp):
-        return 0.0
+        return 0.0, 0.0
     head_dim = getattr(config, "head_dim", None) or hidden // heads
     kv = (getattr(config, "num_key_value_heads", None) or heads) * head_dim
-    token = hidden * (2 * heads * head_dim + 2 * kv) + 3 * hidden * mlp
-    return overhead * 2 * heads * head_dim / token
+    return hidden * (2 * heads * head_dim + 2 * kv) + 3 * hidden * mlp, 2 * heads * head_dim
+
+
+def attention_pair_weight(config: Any, overhead: float = 2.5) -> float:
+    """What one (query, key) pair of dense attention costs, in units of the rest of one token's
+    work (projections and MLP), from a transformers config; 0 when the config does not say.
+    ``overhead``: masked attention on a CPU measured about 2.5 times its multiply-adds' share."""
+    token, pair = _token_work(config)
+    return overhead * pair / token if token else 0.0
+
+
+def forward_cost(config: Any, fixed: float = 5e7) -> float:
+    """What one more forward call costs, in tokens: a fixed ``fixed`` multiply-adds' worth a layer
+    (about 200 tokens of the kuhn-tiny model on a CPU, 3 of a Qwen3-0.6B-shaped one); 0 when the
+    config does not say."""
+    token, _pair = _token_work(config)
+    return fixed / token if token else 0.0
+
+
+def sorted_steps(seqs: list[Sequence]) -> tuple[list[int], list[list[int]], list[int]]:
+    """The steps sorted by their ids, so that neighbours share the most: (their order, their ids,
+    for each the ids it shares with the one before it)."""
+    order = sorted(range(len(seqs)), key=lambda i: seqs[i].ids)
+    ids = [seqs[i].ids for i in order]
+    return order, ids, [0] + [_common(ids[k - 1], ids[k]) for k in range(1, len(ids))]
 
 
 def _rows(lengths: list[int], shared: list[int], width: int) -> list[int]:
@@ -122,9 +144,7 @@ def _row_width(lengths: list[int], shared: list[int], budget: int, pair_weight: 
 def _place(seqs: list[Sequence], budget: int, pair_weight: float) -> tuple[list[_Trie], list[tuple[int, list[int]]]]:
     """Tries (rows) and, per step, its row and the node of each of its positions. The steps go in
     sorted by their ids, so that neighbours share the most, filling rows up to the cheapest width."""
-    order = sorted(range(len(seqs)), key=lambda i: seqs[i].ids)
-    ids = [seqs[i].ids for i in order]
-    shared = [0] + [_common(ids[k - 1], ids[k]) for k in range(1, len(ids))]
+    order, ids, shared = sorted_steps(seqs)
     width = _row_width([len(x) for x in ids], shared, budget, pair_weight)
     tries: list[_Trie] = []
     placed: list[tuple[int, list[int]]] = [(0, [])] * len(seqs)

@@ -14,7 +14,8 @@
   truncated from the prompt's beginning; ``pack(seqs, device)``: right-padded tensors with the
   positions that predict completion tokens, the targets, each token's step and rollout logprob;
   ``pack_shared(seqs, device, budget)``: the same fields over prefix tries, every token the
-  steps share forwarded once (``prefix.py``).
+  steps share forwarded once (``prefix.py``); ``pack_segments(seqs, device)``: the same fields
+  over cached-prefix segments (``segments.py``).
 * ``Policy``: the causal LM with a fresh LoRA adapter (from a model path, hub id or ``tiny:``
   spec), split into body and lm_head; ``completion_logprobs(packed, adapter=...)`` goes through
   the memory-bounded ``token_logprobs`` (the adapter off gives the frozen base policy's, for a KL
@@ -41,11 +42,13 @@ from unstable_core import Batch, Checkpoint, Step
 
 from .options import LearnerOptions
 from .packing import Packed, Sequence, pack, sequences
-from .prefix import attention_pair_weight, pack_shared
+from .layout import LayoutChoice
+from .prefix import attention_pair_weight, forward_cost, pack_shared
+from .segments import pack_segments
 from .policy import Policy, hidden_states, split_body_and_head
 
 __all__ = [
-    "LoraLearner", "LearnerOptions", "Policy", "Packed", "Sequence", "hidden_states", "pack", "pack_shared", "sequences",
+    "LoraLearner", "LearnerOptions", "Policy", "Packed", "Sequence", "hidden_states", "pack", "pack_segments", "pack_shared", "sequences",
     "split_body_and_head",
 ]
 
@@ -61,8 +64,11 @@ class LoraLearner:
     and logged before clipping, ``version`` + 1. Metrics: ``loss``, ``grad_norm``,
     ``advantage_mean``, ``train_tokens`` (completion tokens scored), ``forward_tokens`` (positions
     the loss's forwards computed), ``prefix_share`` (the share of the steps' tokens that prefix
-    sharing did not recompute), ``learner_tokens_per_s``, ``update_s``, what ``prepare`` returned
-    and the mean over chunks of every number ``loss`` reports."""
+    sharing did not recompute), ``prefix_segments`` (the share of chunks forwarded as
+    cached-prefix segments), ``learner_tokens_per_s``, ``update_s``, what ``prepare`` returned
+    and the mean over chunks of every number ``loss`` reports. With ``prefix_layout = "auto"``
+    the first chunks alternate between the two prefix-shared layouts, timed, and the faster is
+    kept (``layout.py``)."""
 
     def __init__(self, options: LearnerOptions, model: str, seed: int = 0, causal_lm: Any = None) -> None:
         self.options = options
@@ -77,16 +83,27 @@ class LoraLearner:
         self.version = 0
         self.counts: Counter[str] = Counter()
         self.pair_weight = attention_pair_weight(self.model.config)
+        self.forward_cost = forward_cost(self.model.config)
         self.set_prefix_sharing(options.prefix_sharing)
 
-    def set_prefix_sharing(self, on: bool) -> None:
-        """Turn prefix-shared rows on (where the model takes them) or off; ``prefix_attention``
-        picks their masks."""
+    def set_prefix_sharing(self, on: bool, layout: str | None = None) -> None:
+        """Turn prefix sharing on (where the model takes it) or off; ``layout`` ('auto', 'masks'
+        or 'segments', default the options' ``prefix_layout``) picks how shared steps are
+        forwarded, ``prefix_attention`` the masks of the 'masks' layout."""
         why = self.policy.prefix_sharing_unsupported() if on else None
         if why is not None:
             on = False
             log.warning("prefix sharing is off for %s: %s; the learner forwards one padded row per step", self.base_model, why)
         self.shared = on
+        layout = layout or self.options.prefix_layout
+        layouts = ["masks", "segments"] if layout == "auto" else [layout]
+        if on and self.options.gradient_checkpointing and "segments" in layouts:
+            layouts = ["masks"]
+            if layout == "segments":
+                log.warning("prefix_layout 'segments' is off for %s: transformers drops the KV cache under gradient "
+                            "checkpointing; prefix-shared steps use masks", self.base_model)
+        self.layouts = LayoutChoice(layouts if on else ["padded"], model=self.base_model)
+        self.layout = self.layouts.candidates[0]
         self.block_mask = False  # 'auto' = dense: block masks train on CUDA only and were slower there (docs/performance.md)
         if on and self.options.prefix_attention == "flex":
             why = self.policy.flex_attention_unsupported()
@@ -128,11 +145,13 @@ class LoraLearner:
     # -- helpers for ``loss`` ----------------------------------------------------------------------
     def pack(self, steps: list[Step]) -> Packed:
         """The steps' rollout token ids as tensors on the model's device (``max_train_len``
-        applied): prefix-shared rows (``prefix_sharing``, where the model takes them), else one
-        padded row per step. The tokens that packs made by ``loss`` forward are counted in the
+        applied): prefix-shared (``prefix_sharing``, where the model takes it) in this chunk's
+        ``layout`` ('masks' or 'segments': see ``prefix_layout``), else one padded row per step. The tokens that packs made by ``loss`` forward are counted in the
         update's metrics."""
         seqs = sequences(steps, self.options.max_train_len)
-        if self.shared:
+        if self.layout == "segments":
+            packed = pack_segments(seqs, self.device, pair_weight=self.pair_weight, forward_cost=self.forward_cost)
+        elif self.layout == "masks":
             packed = pack_shared(seqs, self.device, self.options.prefix_budget, dtype=self.policy.head.weight.dtype,
                                  pair_weight=0.0 if self.block_mask else self.pair_weight, block_mask=self.block_mask)
         else:
@@ -164,11 +183,15 @@ class LoraLearner:
         self.counts.clear()
         total = 0.0
         sums: dict[str, float] = {}
-        chunks = 0
+        chunks = segment_chunks = 0
         size = self.options.mini_batch_size
         for i in range(0, len(steps), size):
+            self.layout = self.layouts.next()
+            segment_chunks += self.layout == "segments"
+            chunk_start, tokens_before = time.perf_counter(), self.counts["sequence_tokens"]
             loss, stats = self.loss(steps[i : i + size], len(steps))
             loss.backward()
+            self.layouts.record(self.layout, time.perf_counter() - chunk_start, self.counts["sequence_tokens"] - tokens_before)
             total += float(loss.detach())
             chunks += 1
             for key, value in stats.items():
@@ -192,6 +215,7 @@ class LoraLearner:
             "train_tokens": float(tokens),
             "forward_tokens": float(self.counts["forward_tokens"]),
             "prefix_share": 1.0 - self.counts["forward_tokens"] / max(1, self.counts["sequence_tokens"]),
+            "prefix_segments": segment_chunks / chunks,
             "learner_tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0,
             "update_s": elapsed,
         }
@@ -210,6 +234,7 @@ class LoraLearner:
             "adapter": {n: p.detach().clone() for n, p in self.trainable().items()},
             "optimizers": {name: copy.deepcopy(optimizer.state_dict()) for name, optimizer in self.optimizers.items()},
             "torch_rng": torch.get_rng_state(),
+            "prefix_layout": self.layouts.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -221,4 +246,6 @@ class LoraLearner:
             self.optimizers[name].load_state_dict({"state": {int(k): v for k, v in saved["state"].items()},
                                                    "param_groups": saved["param_groups"]})
         torch.set_rng_state(state["torch_rng"])
+        if "prefix_layout" in state:  # snapshots before 2026-11-25 have none
+            self.layouts.load_state_dict(state["prefix_layout"])
         self.version = int(state["version"])
