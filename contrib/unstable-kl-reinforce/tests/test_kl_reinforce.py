@@ -29,12 +29,16 @@ def learner(tmp_path_factory):
     return make
 
 
-def test_the_kl_starts_at_zero_and_is_positive_once_the_policy_moved(learner):
+@pytest.mark.parametrize("layout", ["masks", "segments"])  # the reference logprobs in either prefix-shared layout
+def test_the_kl_starts_at_zero_and_is_positive_once_the_policy_moved(learner, layout):
     import random
 
-    L = learner(lr=5e-2, kl_coef=0.0)
-    batch = Batch(steps=make_steps(random.Random(0), (3, 300)), learner_version=0)
+    L = learner(lr=5e-2, kl_coef=0.0, prefix_layout=layout, mini_batch_size=12)
+    steps = [s.model_copy(update={"turn": s.turn.model_copy(update={"prompt_token_ids": [7, 8, 9, 10] + s.turn.prompt_token_ids})})
+             for s in make_steps(random.Random(0), (3, 300))]  # every prompt starts alike: something to share
+    batch = Batch(steps=steps, learner_version=0)
     first = L.update(batch)
+    assert first["prefix_share"] > 0 and first["prefix_segments"] == (layout == "segments")
     assert first["kl"] == 0.0  # a fresh adapter (LoRA B = 0) is the base policy
     kls = [L.update(batch)["kl"] for _ in range(3)]
     assert all(kl > 1e-4 for kl in kls), kls

@@ -1,13 +1,13 @@
 """Which prefix-shared layout a learner uses: measured on the run's own model and device.
 
 Both layouts give the same logprobs and gradients (to rounding), so the choice costs no extra
-work: while more
-than one is left, the chunks of the first updates take the candidates in turn, each chunk's
-loss + backward timed per token of its steps; after a first chunk each (a warm-up) and
-``trials`` more, the candidate with the lowest median time a token is kept for the rest of the
-run, with one log line. The timings, and so the choice, differ from run to run: an 'auto' run is
-not bitwise reproducible (a sync run with a fixed layout is); its state goes into the learner's
-snapshot, so a resumed run continues with the layouts the uninterrupted one would have used.
+work: while more than one is left, the chunks of the first updates take the candidates in turn,
+each chunk's loss + backward timed per token of its steps; after a first chunk each (a warm-up)
+and ``trials`` more, the candidate with the lowest median time a token is kept for the rest of
+the run, with one log line. The timings, and so the choice, differ from run to run: an 'auto'
+run is not bitwise reproducible (a sync run with a fixed layout is); its state goes into the
+learner's snapshot, so a resumed run continues with the layouts the uninterrupted one would
+have used.
 """
 
 from __future__ import annotations
@@ -19,6 +19,9 @@ log = logging.getLogger("unstable.hf")
 
 
 class LayoutChoice:
+    """The layout of each chunk among ``candidates`` ('masks', 'segments'; one candidate: always
+    that one), chosen by the timings ``record`` is given."""
+
     def __init__(self, candidates: list[str], trials: int = 3, model: str = "") -> None:
         self.candidates = list(candidates)
         self.trials = trials
