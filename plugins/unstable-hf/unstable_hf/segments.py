@@ -82,8 +82,8 @@ def pack_segments(seqs: list[Sequence], device: Any = "cpu", pair_weight: float 
     order, ids, shared = sorted_steps(seqs)
     lengths = [len(x) for x in ids]
     segments: list[Segment] = []
-    where: list[tuple[int, int, int, int]] = [(0, 0, 0, 0)] * len(seqs)  # per step: flat start, prefix len, row start, row width
-    base = 0
+    where: list[tuple[int, int, int]] = [(0, 0, 0)] * len(seqs)  # per step: its group's flat start, prefix length, row start
+    base = forward_tokens = 0
     for start, end, prefix in plan(lengths, shared, pair_weight, forward_cost):
         width = max(lengths[start:end]) - prefix
         rows = end - start
@@ -92,14 +92,15 @@ def pack_segments(seqs: list[Sequence], device: Any = "cpu", pair_weight: float 
         for r, k in enumerate(range(start, end)):
             suffix[r, : lengths[k] - prefix] = torch.tensor(ids[k][prefix:])
             attention[r, : lengths[k]] = 1
-            where[order[k]] = (base, prefix, base + prefix + r * width, width)
+            where[order[k]] = (base, prefix, base + prefix + r * width)
         positions = torch.arange(prefix, prefix + width).repeat(rows, 1)
         head = torch.tensor([ids[start][:prefix]], device=device) if prefix else None
         segments.append(Segment(head, suffix.to(device), attention.to(device), positions.to(device)))
         base += segments[-1].flat_len
+        forward_tokens += prefix + sum(lengths[start:end]) - rows * prefix  # padding excluded
 
     def flat(step: int, position: int) -> int:
-        group, prefix, row, _width = where[step]
+        group, prefix, row = where[step]
         return group + position if position < prefix else row + position - prefix
 
     predict, last_prompt = [], []
@@ -109,7 +110,7 @@ def pack_segments(seqs: list[Sequence], device: Any = "cpu", pair_weight: float 
     return Packed(
         ids=torch.zeros((1, base), dtype=torch.long, device=device), attention=None, position_ids=None,
         predict_index=torch.tensor(predict, device=device), last_prompt_index=torch.tensor(last_prompt, device=device),
-        forward_tokens=sum(g.prefix_len + int(g.attention[:, g.prefix_len:].sum()) for g in segments),
+        forward_tokens=forward_tokens,
         sequence_tokens=sum(lengths), segments=segments, **completion_fields(seqs, device),
     )
 
