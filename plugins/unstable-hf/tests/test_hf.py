@@ -9,6 +9,7 @@ import torch
 from unstable_core import Checkpoint, GenerationRequest, ModelRef
 from unstable_core.testing import InferenceContract
 from unstable_hf.inference import HFInference, HFInferenceOptions
+from unstable_hf.testing import random_lora_adapter
 from unstable_hf.tiny import TinySpec, build_tiny
 
 import unstable_hf.plugin as plugin
@@ -181,26 +182,6 @@ def test_requests_in_flight_are_batched(tiny_path):
     assert len(outs) == 16 and max(b.batches) > 1 and sum(b.batches) == 16
 
 
-def _adapter(tiny_path, out, seed, modules_to_save=(), norm_scale=1.0):
-    from peft import get_peft_model
-    from transformers import AutoModelForCausalLM
-
-    from unstable_hf.loading import lora_config
-    from unstable_hf.options import LoraOptions
-
-    options = LoraOptions(rank=4, alpha=8, modules_to_save=list(modules_to_save))
-    m = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_path), lora_config(options))
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for n, p in m.named_parameters():
-            if "lora_" in n:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
-            elif "modules_to_save" in n:
-                p.mul_(norm_scale)
-    m.save_pretrained(out)
-    return str(out)
-
-
 def test_an_adapter_with_a_trained_final_norm_is_served_with_it(tiny_path, tmp_path):
     """``lora.modules_to_save = ["model.norm"]``: the checkpoint carries the final RMSNorm gain and
     the backend generates with it; an adapter with the same LoRA weights but no saved norm, and the
@@ -208,8 +189,8 @@ def test_an_adapter_with_a_trained_final_norm_is_served_with_it(tiny_path, tmp_p
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    with_norm = _adapter(tiny_path, tmp_path / "norm", 0, modules_to_save=["model.norm"], norm_scale=3.0)
-    without = _adapter(tiny_path, tmp_path / "plain", 0)
+    with_norm = random_lora_adapter(tiny_path, tmp_path / "norm", 0, modules_to_save=["model.norm"], norm_scale=3.0)
+    without = random_lora_adapter(tiny_path, tmp_path / "plain", 0)
     saved = json.loads((tmp_path / "norm" / "adapter_config.json").read_text())["modules_to_save"]
     assert saved == ["model.norm"]
     b = backend(max_tokens=4)
@@ -233,7 +214,7 @@ def test_an_adapter_with_a_trained_final_norm_is_served_with_it(tiny_path, tmp_p
 
 def test_adapters(tiny_path, tmp_path):
     b = backend(max_loras=2, max_tokens=3)
-    paths = [_adapter(tiny_path, tmp_path / f"a{i}", i) for i in range(3)]
+    paths = [random_lora_adapter(tiny_path, tmp_path / f"a{i}", i) for i in range(3)]
     refs = [ModelRef(uid=f"ckpt-{i}", kind="checkpoint", backend="hf", model=tiny_path, adapter_path=p, version=i + 1) for i, p in enumerate(paths)]
     base = ModelRef(uid="base", kind="base", backend="hf", model=tiny_path)
     for r in refs[:2]:

@@ -7,13 +7,16 @@ resident (``max_loras``, least recently used evicted); a new checkpoint is loade
 without reloading the base model. Each completion carries its prompt and completion token ids,
 the logprob of every completion token under the sampling distribution (temperature applied,
 top-p truncation not) and the policy version. Every request samples from its own seed, so its
-completion does not depend on the batch it was served in (``sampling.py``).
+completion does not depend on the batch it was served in (``sampling.py``). A prompt prefix that
+prompts of a batch share (the template, the rules, the game so far) is prefilled once and
+continued per prompt from its cache (``shared_prefill.py``; ``share_prompt_prefixes``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 import time
 from collections import OrderedDict
@@ -25,6 +28,8 @@ from unstable_core import Checkpoint, Completion, GenerationRequest, ModelRef
 
 from .options import LoraOptions, ModelLoadOptions
 
+log = logging.getLogger("unstable.hf")
+
 
 class HFInferenceOptions(ModelLoadOptions):
     model_config = ConfigDict(extra="forbid")
@@ -35,6 +40,11 @@ class HFInferenceOptions(ModelLoadOptions):
     batch_wait_ms: float = Field(20.0, ge=0, description="How long requests gather before a batch is served.")
     max_batch_size: int = Field(64, ge=1, description="Most prompts in one generate call.")
     max_loras: int = Field(4, ge=1, description="Adapters kept resident at once (least recently used evicted).")
+    share_prompt_prefixes: bool = Field(
+        True,
+        description="Prefill a prompt prefix that prompts of a batch share once (cached, then continued per prompt), "
+        "not once per prompt; false: one left-padded batch.",
+    )
     max_prompt_tokens: int | None = Field(None, ge=1, description="Keep only the last N prompt tokens (None: all).")
     seed: int = Field(0, description="Base seed of sampling.")
     lora: LoraOptions = Field(default_factory=LoraOptions, description="LoRA shape (must match the learner's).")
@@ -52,6 +62,9 @@ class HFInference:
         self._lock = threading.Lock()
         self.batches: list[int] = []  # sizes of served batches (for tests and benches)
         self.generated_tokens = 0
+        self.prompt_tokens = 0  # tokens of the prompts served
+        self.prefill_tokens = 0  # positions their prefill computed (padding included)
+        self._prefix_support: dict[int, str | None] = {}  # id(base model) -> why shared prefixes are off
 
     # -- models ---------------------------------------------------------------------------------
     def _base(self, ref: ModelRef) -> Any:
@@ -106,6 +119,19 @@ class HFInference:
         model.load_adapter(path, adapter_name=uid)
         self._adapters[uid] = path
 
+    def _shares_prefixes(self, model: Any) -> bool:
+        """Whether prompts' shared prefixes are prefilled once for this model (the option, and
+        a model that allows it: said once in the log when it does not)."""
+        if not self.options.share_prompt_prefixes:
+            return False
+        if id(model) not in self._prefix_support:
+            from .shared_prefill import unsupported
+
+            why = self._prefix_support[id(model)] = unsupported(model)
+            if why:
+                log.warning("hf inference: shared prompt prefixes off (%s); every prompt is prefilled whole", why)
+        return self._prefix_support[id(model)] is None
+
     # -- generation -------------------------------------------------------------------------------
     def generate_batch(self, requests: list[GenerationRequest]) -> list[Completion]:
         """Generate for requests that share one model ref (synchronous; used by the batcher).
@@ -114,6 +140,7 @@ class HFInference:
         from transformers import LogitsProcessorList
 
         from .sampling import PerRequestSampler
+        from .shared_prefill import prefill
 
         ref = requests[0].model
         with self._lock:
@@ -123,19 +150,18 @@ class HFInference:
             prompts = [tok(r.prompt, add_special_tokens=False)["input_ids"] for r in requests]
             if self.options.max_prompt_tokens:
                 prompts = [p[-self.options.max_prompt_tokens :] for p in prompts]
-            width = max(len(p) for p in prompts)
             device = next(model.parameters()).device
-            ids = torch.full((len(prompts), width), tok.pad_token_id, dtype=torch.long)
-            mask = torch.zeros((len(prompts), width), dtype=torch.long)
-            for i, p in enumerate(prompts):  # left padding
-                ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-                mask[i, width - len(p) :] = 1
             sampler = PerRequestSampler([r.seed ^ self.options.seed for r in requests], self.options.temperature, self.options.top_p)
             ctx = model.disable_adapter() if adapter is None else contextlib.nullcontext()
             with torch.no_grad(), ctx:
+                inputs = prefill(model, prompts, tok.pad_token_id, device, share=self._shares_prefixes(model))
+                width = inputs.input_ids.shape[1]
+                self.prompt_tokens += sum(len(p) for p in prompts)
+                self.prefill_tokens += inputs.computed
                 out = model.generate(  # greedy over what the sampler left possible: its draw
-                    input_ids=ids.to(device),
-                    attention_mask=mask.to(device),
+                    input_ids=inputs.input_ids,
+                    attention_mask=inputs.attention_mask,
+                    past_key_values=inputs.cache,
                     logits_processor=LogitsProcessorList([sampler]),
                     do_sample=False,
                     temperature=None,

@@ -104,12 +104,17 @@ def forward_cost(config: Any, fixed: float = 5e7) -> float:
     return fixed / token if token else 0.0
 
 
-def sorted_steps(seqs: list[Sequence]) -> tuple[list[int], list[list[int]], list[int]]:
-    """The steps sorted by their ids, so that neighbours share the most: (their order, their ids,
-    for each the ids it shares with the one before it)."""
-    order = sorted(range(len(seqs)), key=lambda i: seqs[i].ids)
-    ids = [seqs[i].ids for i in order]
+def sorted_ids(seqs: list[list[int]]) -> tuple[list[int], list[list[int]], list[int]]:
+    """Id lists sorted, so that neighbours share the most: (their order, the sorted lists, for
+    each the ids it shares with the one before it)."""
+    order = sorted(range(len(seqs)), key=lambda i: seqs[i])
+    ids = [seqs[i] for i in order]
     return order, ids, [0] + [_common(ids[k - 1], ids[k]) for k in range(1, len(ids))]
+
+
+def sorted_steps(seqs: list[Sequence]) -> tuple[list[int], list[list[int]], list[int]]:
+    """The steps sorted by their ids (``sorted_ids`` of their ids)."""
+    return sorted_ids([s.ids for s in seqs])
 
 
 def _rows(lengths: list[int], shared: list[int], width: int) -> list[int]:

@@ -39,6 +39,31 @@ def build_fast_tiny(root: Path, spec: str = FAST_TINY) -> str:
     return str(ensure_tiny(TinySpec.parse(spec), Path(root)))
 
 
+def random_lora_adapter(base_path: str, out: Path, seed: int, modules_to_save: tuple[str, ...] | list[str] = (),
+                        norm_scale: float = 1.0, rank: int = 4, alpha: float = 8) -> str:
+    """Save, under ``out``, a LoRA adapter (rank 4 by default) of the model at ``base_path`` whose
+    weights are drawn from ``seed`` (not zero: it changes the outputs); ``modules_to_save`` are
+    saved whole, multiplied by ``norm_scale``. Returns the folder."""
+    import torch
+    from peft import get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from .loading import lora_config
+    from .options import LoraOptions
+
+    options = LoraOptions(rank=rank, alpha=alpha, modules_to_save=list(modules_to_save))
+    m = get_peft_model(AutoModelForCausalLM.from_pretrained(base_path), lora_config(options))
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            if "lora_" in n:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+            elif "modules_to_save" in n:
+                p.mul_(norm_scale)
+    m.save_pretrained(out)
+    return str(out)
+
+
 def self_play_steps(tokenizer: Any, env_id: str = "KuhnPoker-v0-train", n: int = 64, seed: int = 0,
                     template: str = "qwen3-zs") -> list[Any]:
     """``n`` consecutive steps of whole games of scripted self-play (``random-valid`` in every
