@@ -18,13 +18,14 @@ Targets on a CPU: vllm_over_hf_base >= 1.5, logprob_max_abs_diff <= 1e-4.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
 import tempfile
 import time
 from typing import Any
+
+from bench_args import games_parser, parse
 
 
 MODEL = "tiny:KuhnPoker-v0-train?sft_steps=150"
@@ -72,15 +73,10 @@ def tokens_per_s(backend: Any, ref: Any, template: Any, games: int, repeat: int)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--games", type=int, default=96)
-    parser.add_argument("--repeat", type=int, default=2)
-    parser.add_argument("--quick", action="store_true", help="32 games, one run per cell")
+    parser = games_parser(__doc__, games=96, repeat=2, quick=(32, 1))
     parser.add_argument("--vllm-options", default="{}", help="JSON merged into the vllm backend's options")
     parser.add_argument("--vllm-only", action="store_true", help="skip hf (for tuning vLLM's settings; no summary line)")
-    args = parser.parse_args()
-    if args.quick:
-        args.games, args.repeat = 32, 1
+    args = parse(parser)
 
     from unstable_core import Checkpoint, ModelRef, load_plugins
     from unstable_core.runtime.plan import build_component

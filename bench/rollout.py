@@ -15,7 +15,6 @@ thread (``collection.env_calls = "threads"``), for what that safety costs on fas
 
 from __future__ import annotations
 
-import argparse
 import random
 import tempfile
 import time
@@ -25,6 +24,8 @@ import textarena as ta
 import unstable_core
 from unstable_core.builtin.inference_scripted import agent_random_valid
 from unstable_core.builtin.templates import extract_boxed_action
+
+from bench_args import games_parser, parse
 
 TARGET = 0.7
 
@@ -60,13 +61,7 @@ def framework_games_per_s(env_id: str, games: int, system, env_calls: str = "aut
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--games", type=int, default=600)
-    ap.add_argument("--repeat", type=int, default=7)
-    ap.add_argument("--quick", action="store_true", help="100 games, 1 repeat")
-    args = ap.parse_args()
-    if args.quick:
-        args.games, args.repeat = 100, 1
+    args = parse(games_parser(__doc__, games=600, repeat=7, quick=(100, 1)))
     system = unstable_core.load_plugins()
     print(f"{'env':<22} {'raw games/s':>12} {'framework games/s':>18} {'ratio':>7} {'env calls on threads':>21}")
     print("-" * 84)

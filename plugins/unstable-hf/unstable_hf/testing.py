@@ -40,10 +40,11 @@ def build_fast_tiny(root: Path, spec: str = FAST_TINY) -> str:
 
 
 def random_lora_adapter(base_path: str, out: Path, seed: int, modules_to_save: tuple[str, ...] | list[str] = (),
-                        norm_scale: float = 1.0, rank: int = 4, alpha: float = 8) -> str:
+                        norm_scale: float = 1.0, rank: int = 4, alpha: float = 8, scale: float = 0.5) -> str:
     """Save, under ``out``, a LoRA adapter (rank 4 by default) of the model at ``base_path`` whose
-    weights are drawn from ``seed`` (not zero: it changes the outputs); ``modules_to_save`` are
-    saved whole, multiplied by ``norm_scale``. Returns the folder."""
+    weights are drawn from ``seed`` times ``scale`` (not zero: it changes the outputs; a small
+    scale keeps the model playing as before); ``modules_to_save`` are saved whole, multiplied by
+    ``norm_scale``. Returns the folder."""
     import torch
     from peft import get_peft_model
     from transformers import AutoModelForCausalLM
@@ -57,7 +58,7 @@ def random_lora_adapter(base_path: str, out: Path, seed: int, modules_to_save: t
     with torch.no_grad():
         for n, p in m.named_parameters():
             if "lora_" in n:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+                p.copy_(torch.randn(p.shape, generator=g) * scale)
             elif "modules_to_save" in n:
                 p.mul_(norm_scale)
     m.save_pretrained(out)
