@@ -147,7 +147,7 @@ class HFInference:
             model = self._base(ref)
             tok = self.tokenizer
             adapter = self._activate(model, ref)
-            prompts = [tok(r.prompt, add_special_tokens=False)["input_ids"] for r in requests]
+            prompts = tok([r.prompt for r in requests], add_special_tokens=False)["input_ids"]  # one batch encode
             if self.options.max_prompt_tokens:
                 prompts = [p[-self.options.max_prompt_tokens :] for p in prompts]
             device = next(model.parameters()).device
