@@ -5,7 +5,8 @@
 Run it where vLLM is installed (docs/vllm.md: the plugin's own environment). The workload is
 the main job's: KuhnPoker-v0-train self-play with the kuhn-tiny model in both seats, 16 games in
 flight, the qwen3-zs template, 12 tokens at most per turn, each backend with the options of its
-example config (examples/kuhn-tiny.toml, examples/kuhn-tiny-vllm.toml). Measured for the base
+example config (examples/kuhn-tiny.toml, examples/kuhn-tiny-vllm.toml); `hf` also with
+`share_prompt_prefixes = false` (row `hf-pad`, the `hf` of the earlier figures). Measured for the base
 model, then with a LoRA adapter (rank 16, as the learner's) loaded as a checkpoint and served;
 for vllm also the base model once adapters are loaded (on the CPU it is then served through the
 all-zero adapter: LoRA speed). Each cell is the best of --repeat runs (noise only slows a run
@@ -125,18 +126,21 @@ def main() -> None:
         return
     x = rows["vllm"]["base"] / rows["hf"]["base"]
     y = rows["vllm"]["lora"] / rows["hf"]["lora"]
-    print(f"summary: vllm_over_hf_base={x:.2f} vllm_over_hf_lora={y:.2f} logprob_max_abs_diff={worst:.2e}")
+    padded = rows["vllm"]["base"] / rows["hf-pad"]["base"]
+    print(f"summary: vllm_over_hf_base={x:.2f} vllm_over_hf_lora={y:.2f} logprob_max_abs_diff={worst:.2e} vllm_over_hf_padded_base={padded:.2f}")
 
 
 def measure_hf(rows: dict[str, dict[str, float]], base: Any, lora: Any, ckpt: Any, template: Any, args: Any) -> None:
+    """`hf` as configured by default (shared prompt prefixes) and with one left-padded batch."""
     from unstable_hf.inference import HFInference, HFInferenceOptions
 
-    hf = HFInference(HFInferenceOptions(device="cpu", max_tokens=12, temperature=1.0, batch_wait_ms=10, lora=LORA))
-    hf.prepare(base)
-    rows["hf"] = {"base": tokens_per_s(hf, base, template, args.games, args.repeat)}
-    hf.load_checkpoint(ckpt)
-    rows["hf"]["lora"] = tokens_per_s(hf, lora, template, args.games, args.repeat)
-    hf.close()
+    for name, share in (("hf", True), ("hf-pad", False)):
+        hf = HFInference(HFInferenceOptions(device="cpu", max_tokens=12, temperature=1.0, batch_wait_ms=10, lora=LORA, share_prompt_prefixes=share))
+        hf.prepare(base)
+        rows[name] = {"base": tokens_per_s(hf, base, template, args.games, args.repeat)}
+        hf.load_checkpoint(ckpt)
+        rows[name]["lora"] = tokens_per_s(hf, lora, template, args.games, args.repeat)
+        hf.close()
 
 
 async def sample(backend: Any, ref: Any, template: Any, n: int) -> list[Any]:
