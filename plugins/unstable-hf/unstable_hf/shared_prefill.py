@@ -127,9 +127,8 @@ def prefill(model: Any, prompts: list[list[int]], pad_id: int, device: Any, shar
     cache.reorder_cache(torch.tensor(found.row, dtype=torch.long, device=device))
     rests, rest_mask = left_padded([p[c:] for p, c in zip(prompts, found.cached)], pad_id)
     ids = torch.cat([heads[found.row], rests], dim=1)
-    mask = torch.cat([head_mask[found.row], rest_mask], dim=1)
-    for i, c in enumerate(found.cached):  # a prompt sees only as much of its row's prefix as it shares
-        mask[i, c:width] = 0
+    sees = (torch.arange(width) < torch.tensor(found.cached)[:, None]).long()  # as much of its row's prefix as it shares
+    mask = torch.cat([sees, rest_mask], dim=1)
     return Prefill(ids.to(device), mask.to(device), cache, heads.numel() + rests.numel())
 
 
