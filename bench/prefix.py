@@ -3,14 +3,15 @@ gradient agreement, for each prefix-shared layout (``masks``: prefix tries in ro
 masks; ``segments``: cached-prefix segments).
 
     python bench/prefix.py [--quick] [--device cpu|cuda] [--steps 64] [--runs 5] [--layouts masks,segments]
-                           [--prefix-attention auto|dense|flex]
+                           [--prefix-attention auto|dense|flex] [--mini-batch 16] [--mini-batch-tokens N]
 
 The batch: ``--steps`` consecutive steps of whole games of scripted self-play (``random-valid``
 in both seats, every turn) on KuhnPoker-v0-train and on TicTacToe-v0-train, rendered with the
 ``qwen3-zs`` template and tokenized by the kuhn-tiny tokenizer. Models, both with LoRA r16 in
 float32: (a) the kuhn-tiny model, (b) a random-init model shaped like Qwen3-0.6B with 4 layers
 (hidden 1024, 16 heads of 128, 8 KV heads, MLP 3072, vocabulary 151,936). Each (model, batch)
-is one process that runs the REINFORCE loss over the batch in ``--mini-batch`` chunks and its
+is one process that runs the REINFORCE loss over the batch in the learner's chunks (``--mini-batch``
+steps, ``--mini-batch-tokens`` tokens) and its
 backward: first once per path (padded and each layout), for its peak memory (on the CPU the peak
 RSS, reset between the paths through ``/proc/self/clear_refs`` after freed memory is handed back
 with ``malloc_trim``; on CUDA the allocator's peak) and its gradients, then the paths in turn,
@@ -112,7 +113,8 @@ def worker(args: argparse.Namespace) -> None:
     causal, path = model(args.model, args.layers, args.device, args.dtype)
     steps = batch(AutoTokenizer.from_pretrained(path), args.env, args.steps, args.noshare)
     options = LearnerOptions(device=args.device, dtype=args.dtype, lora={"rank": 16, "alpha": 32}, prefix_budget=args.budget,
-                             mini_batch_size=args.mini_batch, prefix_attention=args.prefix_attention)
+                             mini_batch_size=args.mini_batch, mini_batch_tokens=args.mini_batch_tokens,
+                             prefix_attention=args.prefix_attention)
     learner = Reinforce(options, path, seed=0, causal_lm=causal)
     with torch.no_grad():  # the same non-zero adapter in every process
         g = torch.Generator().manual_seed(1)
@@ -125,8 +127,8 @@ def worker(args: argparse.Namespace) -> None:
         learner.counts.clear()
         for p in learner.params:
             p.grad = None
-        for i in range(0, len(steps), args.mini_batch):
-            learner.loss(steps[i : i + args.mini_batch], len(steps))[0].backward()
+        for chunk in learner.chunks(steps):
+            learner.loss(chunk, len(steps))[0].backward()
         if args.device.startswith("cuda"):
             torch.cuda.synchronize()
 
@@ -136,6 +138,7 @@ def worker(args: argparse.Namespace) -> None:
         reset_peak(args.device)
         loss_and_backward(path)
         rows[path] = {"peak_mib": peak_mib(args.device), "forward_tokens": learner.counts["forward_tokens"],
+                      "chunks": len(learner.chunks(steps)),
                       "attention": "flex block masks" if path == "masks" and learner.block_mask else learner.policy.attention,
                       "sequence_tokens": learner.counts["sequence_tokens"]}
         grads[path] = {n: p.grad.detach().float().cpu() for n, p in learner.trainable().items()}
@@ -155,7 +158,8 @@ def worker(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace, model_kind: str, env: str, noshare: bool) -> dict:
     cmd = [sys.executable, __file__, "--worker", "--model", model_kind, "--env", env,
            "--steps", str(args.steps), "--runs", str(2 if args.quick and model_kind == "qwen" else args.runs), "--layers", str(args.layers), "--device", args.device,
-           "--budget", str(args.budget), "--layouts", args.layouts, "--mini-batch", str(args.mini_batch), "--prefix-attention", args.prefix_attention, "--dtype", args.dtype] + (["--noshare"] if noshare else [])
+           "--budget", str(args.budget), "--layouts", args.layouts, "--mini-batch", str(args.mini_batch), "--prefix-attention", args.prefix_attention, "--dtype", args.dtype]
+    cmd += (["--noshare"] if noshare else []) + (["--mini-batch-tokens", str(args.mini_batch_tokens)] if args.mini_batch_tokens else [])
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         raise SystemExit(f"worker failed: {' '.join(cmd)}\n{out.stderr[-3000:]}")
@@ -170,7 +174,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--layers", type=int, default=4, help="layers of the Qwen3-0.6B-shaped model")
     ap.add_argument("--budget", type=int, default=2048, help="prefix_budget: most tokens in one shared row")
-    ap.add_argument("--mini-batch", type=int, default=16)
+    ap.add_argument("--mini-batch", type=int, default=16, help="mini_batch_size: most steps in one chunk")
+    ap.add_argument("--mini-batch-tokens", type=int, default=None, help="mini_batch_tokens: most tokens in one chunk")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="the models' weights (the issue's bars: float32)")
     ap.add_argument("--prefix-attention", default="auto", choices=["auto", "dense", "flex"],
                     help="the shared path's masks: dense 4D, FlexAttention block masks (CUDA), auto (dense: measured faster)")
@@ -189,11 +194,12 @@ def main() -> None:
     cases = [("tiny", "KuhnPoker-v0-train", False), ("tiny", "TicTacToe-v0-train", False), ("tiny", "KuhnPoker-v0-train", True),
              ("qwen", "KuhnPoker-v0-train", False), ("qwen", "TicTacToe-v0-train", False)]
     cases = [c for c in cases if c[0] in args.models.split(",") and not (args.quick and c[0] == "qwen" and c[1] != "KuhnPoker-v0-train")]
-    print(f"{args.steps} steps of scripted self-play, LoRA r16, {args.dtype}, {args.device}, mini-batch {args.mini_batch}, "
+    print(f"{args.steps} steps of scripted self-play, LoRA r16, {args.dtype}, {args.device}, mini-batch {args.mini_batch} steps"
+          f"{f' / {args.mini_batch_tokens} tokens' if args.mini_batch_tokens else ''}, "
           f"prefix_attention {args.prefix_attention}, "
           f"budget {args.budget}, median of {args.runs} runs ({2 if args.quick else args.runs} for qwen); "
           f"qwen = Qwen3-0.6B shape with {args.layers} layers")
-    print(f"{'model':<6} {'batch':<20} {'path':<10}{'seconds':>8} {'peak MiB':>9} {'fwd tokens':>11} {'of':>7} {'speedup':>8} {'grad err':>9}  attention")
+    print(f"{'model':<6} {'batch':<20} {'path':<10}{'seconds':>8} {'peak MiB':>9} {'fwd tokens':>11} {'of':>7} {'chunks':>6} {'speedup':>8} {'grad err':>9}  attention")
     results: dict[tuple[str, str, bool], tuple[float, float]] = {}
     for model_kind, env, noshare in cases:
         label = ("noshare " if noshare else "") + env.split("-")[0]
@@ -207,7 +213,7 @@ def main() -> None:
             extra = f"{padded / r['seconds']:>8.2f} {err[path]:>9.1e}" if path in err else " " * 18
             mark = "*" if path == fastest and len(err) > 1 else " "
             print(f"{model_kind:<6} {label:<20} {path:<9}{mark}{r['seconds']:>8.3f} {r['peak_mib']:>9.0f} "
-                  f"{r['forward_tokens']:>11} {r['sequence_tokens']:>7} {extra}  {r['attention']}")
+                  f"{r['forward_tokens']:>11} {r['sequence_tokens']:>7} {r['chunks']:>6} {extra}  {r['attention']}")
     kuhn = "KuhnPoker-v0-train"
     if len({m for m, _e, _n in cases}) < 2:
         return

@@ -210,3 +210,29 @@ def test_the_critic_reads_the_same_values_from_prefix_shared_rows(tiny_path):
         segments = pack_segments(seqs, forward_cost=10.0)  # the other layout: cached-prefix segments
         assert len(segments.segments) < len(seqs) and segments.forward_tokens < 0.8 * segments.sequence_tokens
         assert torch.allclose(L.critic.values(segments), L.critic.values(padded), rtol=1e-10, atol=1e-12)
+
+
+def test_prepare_reads_the_critic_over_the_learners_token_chunks(tiny_path):
+    """``prepare`` forwards the batch in the chunks the update takes (here cut by tokens): the
+    same targets as one chunk, from more, smaller forwards."""
+    from transformers import AutoTokenizer
+
+    from unstable_hf.testing import self_play_steps
+
+    steps = self_play_steps(AutoTokenizer.from_pretrained(tiny_path), "KuhnPoker-v0-train", n=20)
+    steps = [s for s in steps if s.game_idx < steps[-1].game_idx]  # whole games only
+    targets = []
+    for tokens in (None, 600):
+        L = learner(tiny_path, dtype="float64", mini_batch_size=32, mini_batch_tokens=tokens)
+        with torch.no_grad():
+            for p in L.critic.named_parameters().values():  # a critic that is not all zeros, the same in both
+                p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(3), dtype=p.dtype) * 0.05)
+        forwards = []
+        values = L.critic.values
+        L.critic.values = lambda packed: forwards.append(len(packed.completion_lengths)) or values(packed)
+        L.prepare(steps)
+        targets.append((L.targets, forwards))
+    (one, [n]), (cut, sizes) = targets
+    assert n == len(steps) and len(sizes) > 2 and sum(sizes) == len(steps)
+    for key, value in one.items():
+        assert cut[key] == pytest.approx(value, rel=1e-9, abs=1e-12)

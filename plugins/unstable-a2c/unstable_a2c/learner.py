@@ -45,10 +45,9 @@ class A2CLearner(LoraLearner):
                 "critic": torch.optim.AdamW(list(critic.values()), lr=self.options.critic_lr, weight_decay=wd)}
 
     def prepare(self, steps: list[Step]) -> dict[str, float]:
-        size = self.options.mini_batch_size
         values: list[float] = []
-        for i in range(0, len(steps), size):
-            values += self.critic.values(self.pack(steps[i : i + size])).tolist()
+        for chunk in self.chunks(steps):
+            values += self.critic.values(self.pack(chunk)).tolist()
         advantages, returns = [0.0] * len(steps), [0.0] * len(steps)
         for idx in episodes(steps):
             adv, ret = gae(turn_rewards([steps[i] for i in idx]), [values[i] for i in idx],

@@ -11,7 +11,7 @@ import torch
 from unstable_core import Batch, Step, Turn
 from unstable_hf.options import LearnerOptions
 from unstable_hf.testing import self_play_steps
-from unstable_hf.training import LoraLearner, Sequence, pack_shared
+from unstable_hf.training import LoraLearner, Sequence, pack_shared, sequences
 
 torch.set_num_threads(1)
 
@@ -382,3 +382,59 @@ def test_with_float64_norms_every_gradient_is_within_1e_10(tiny_path, kuhn_steps
     compare(tiny_path, nested, **tight)
     compare(tiny_path, nested + duplicates, max_train_len=5, mini_batch_size=2, **tight)
     compare(tiny_path, kuhn_steps[:12], gradient_checkpointing=True, mini_batch_size=6, **tight)
+
+
+# -- chunks cut by tokens (``mini_batch_tokens``) ---------------------------------------------------
+def test_token_runs_count_shared_tokens_once_padded_rows_by_their_longest_and_cap_steps():
+    from unstable_hf.prefix import shared_with_previous, token_runs
+
+    lengths, shared = [10, 10, 10, 30, 5], [0, 8, 8, 0, 0]
+    # 10 + 2 + 2 fit in 20; the 30-token step is a run of its own; 30 + 5 would not fit
+    assert token_runs(lengths, shared, 20) == [(0, 3, 14), (3, 4, 30), (4, 5, 5)]
+    assert token_runs(lengths, shared, 20, max_steps=2) == [(0, 2, 12), (2, 3, 10), (3, 4, 30), (4, 5, 5)]
+    # padded: 2 rows x 10 = 20 fit in 25, 3 x 10 do not, nor 2 x 30
+    assert token_runs(lengths, None, 25) == [(0, 2, 20), (2, 3, 10), (3, 4, 30), (4, 5, 5)]
+    assert token_runs([4, 9], None, 18) == [(0, 2, 18)]  # the longest sets a padded run's width
+    assert shared_with_previous([[1, 2, 3], [1, 2, 4], [5]]) == [0, 2, 0]
+
+
+def test_token_runs_on_random_sorted_batches_are_tries_within_the_budget_and_greedy():
+    from unstable_hf.prefix import _Trie, sorted_ids, token_runs
+
+    rng = random.Random(0)
+    for _ in range(300):
+        seqs = [[rng.randrange(3) for _ in range(rng.randrange(1, 12))] for _ in range(rng.randrange(1, 14))]
+        _order, ids, shared = sorted_ids(seqs)
+        budget, max_steps = rng.randrange(1, 40), rng.choice([None, 1, 2, 5])
+        runs = token_runs([len(x) for x in ids], shared, budget, max_steps)
+        assert [r[0] for r in runs] == [0] + [r[1] for r in runs[:-1]] and runs[-1][1] == len(ids)
+        for start, end, tokens in runs:
+            trie = _Trie()
+            for x in ids[start:end]:
+                trie.insert(x)
+            assert tokens == trie.size  # exactly the trie's nodes
+            assert tokens <= budget or end - start == 1
+            assert max_steps is None or end - start <= max_steps
+            if end < len(ids):  # greedy: the next step would have broken a limit
+                assert tokens + len(ids[end]) - shared[end] > budget or end - start == max_steps
+
+
+def trie_tokens(steps):
+    return len({tuple(s.ids[:k]) for s in sequences(steps) for k in range(1, len(s.ids) + 1)})
+
+
+def padded_tokens(steps):
+    return len(steps) * max(len(s.ids) for s in sequences(steps))
+
+
+def test_chunks_cut_by_tokens_keep_the_padded_gradients_and_share_more_steps_a_chunk(tiny_path, kuhn_steps):
+    budget = 900
+    shared = compare(tiny_path, kuhn_steps, mini_batch_size=24, mini_batch_tokens=budget)  # both learners cut by tokens
+    chunks = shared.chunks(sorted(kuhn_steps, key=lambda s: s.turn.prompt_token_ids + s.turn.completion_token_ids))
+    assert len(chunks) > 2 and sum(chunks, []) == sorted(kuhn_steps, key=lambda s: s.turn.prompt_token_ids + s.turn.completion_token_ids)
+    assert all(trie_tokens(c) <= budget or len(c) == 1 for c in chunks)
+    padded = make(tiny_path, False, mini_batch_size=24, mini_batch_tokens=budget)
+    padded_chunks = padded.chunks(kuhn_steps)
+    assert sum(padded_chunks, []) == kuhn_steps and all(padded_tokens(c) <= budget or len(c) == 1 for c in padded_chunks)
+    assert len(padded_chunks) > len(chunks)  # sharing fits more steps in the same tokens
+    assert [len(c) for c in make(tiny_path, True, mini_batch_size=10).chunks(kuhn_steps)] == [10, 10, 4]  # no budget: by count

@@ -45,6 +45,12 @@ class LearnerOptions(ModelLoadOptions):
     lr: float = Field(1e-5, gt=0, description="AdamW learning rate.")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     mini_batch_size: int = Field(1, ge=1, description="Steps per forward/backward; the batch is split in such chunks (gradient accumulation).")
+    mini_batch_tokens: int | None = Field(
+        None, ge=1,
+        description="Also cap each chunk at this many tokens (None: steps only): with prefix sharing every token its "
+                    "steps share counted once, without it rows x the longest step. A step longer than this is a chunk "
+                    "of its own. Bounds a forward's memory by tokens, so that short steps share a chunk and long ones do not.",
+    )
     max_train_len: int | None = Field(None, ge=2, description="Truncate prompt + completion to this many tokens (the prompt loses its beginning).")
     grad_clip: float = Field(1.0, gt=0, description="Global gradient-norm clip (the logged grad_norm is before clipping).")
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward to save memory.")

@@ -109,7 +109,12 @@ def sorted_ids(seqs: list[list[int]]) -> tuple[list[int], list[list[int]], list[
     each the ids it shares with the one before it)."""
     order = sorted(range(len(seqs)), key=lambda i: seqs[i])
     ids = [seqs[i] for i in order]
-    return order, ids, [0] + [_common(ids[k - 1], ids[k]) for k in range(1, len(ids))]
+    return order, ids, shared_with_previous(ids)
+
+
+def shared_with_previous(ids: list[list[int]]) -> list[int]:
+    """For each id list, how many ids it shares from position 0 with the one before it."""
+    return [0] + [_common(ids[k - 1], ids[k]) for k in range(1, len(ids))]
 
 
 def sorted_steps(seqs: list[Sequence]) -> tuple[list[int], list[list[int]], list[int]]:
@@ -117,17 +122,32 @@ def sorted_steps(seqs: list[Sequence]) -> tuple[list[int], list[list[int]], list
     return sorted_ids([s.ids for s in seqs])
 
 
-def _rows(lengths: list[int], shared: list[int], width: int) -> list[int]:
-    """Greedy rows over sorted steps (``shared[k]``: ids step k shares with step k - 1): each
-    row's node count. A step joins the row before it while the row stays within ``width`` nodes;
-    a step longer than that gets a row of its own."""
-    rows: list[int] = []
+def token_runs(lengths: list[int], shared: list[int] | None, max_tokens: float,
+               max_steps: int | None = None) -> list[tuple[int, int, int]]:
+    """Greedy runs of consecutive steps: (start, end, tokens) each. A step joins the run before
+    it while the run stays within ``max_tokens`` tokens and ``max_steps`` steps; a step longer
+    than ``max_tokens`` is a run of its own. With ``shared`` (``shared[k]``: ids step k shares
+    with step k - 1) a run counts each token its steps share once, as a prefix trie holds them
+    (exactly the trie's size when the steps are sorted, at most it otherwise); without (None),
+    a run of R steps counts R x its longest, as padded rows do."""
+    runs: list[tuple[int, int, int]] = []
+    widest = 0
     for k, length in enumerate(lengths):
-        if rows and rows[-1] + length - shared[k] <= width:
-            rows[-1] += length - shared[k]
-        else:
-            rows.append(length)
-    return rows
+        if runs:
+            start, _end, tokens = runs[-1]
+            grown = tokens + length - shared[k] if shared is not None else (k - start + 1) * max(widest, length)
+            if grown <= max_tokens and (max_steps is None or k - start < max_steps):
+                runs[-1] = (start, k + 1, grown)
+                widest = max(widest, length)
+                continue
+        runs.append((k, k + 1, length))
+        widest = length
+    return runs
+
+
+def _rows(lengths: list[int], shared: list[int], width: int) -> list[int]:
+    """Greedy rows over sorted steps: each row's node count (``token_runs`` within ``width``)."""
+    return [tokens for _start, _end, tokens in token_runs(lengths, shared, width)]
 
 
 def _row_width(lengths: list[int], shared: list[int], budget: int, pair_weight: float) -> int:

@@ -21,7 +21,7 @@
   the memory-bounded ``token_logprobs`` (the adapter off gives the frozen base policy's, for a KL
   term); ``save(directory, checkpoint)`` writes an adapter checkpoint atomically.
 * ``LoraLearner``: owns the optimizers (AdamW over ``trainable()``), gradient accumulation over
-  ``mini_batch_size`` chunks (cut along the prefix tries), clipping (the logged ``grad_norm`` is
+  chunks of ``mini_batch_size`` steps and ``mini_batch_tokens`` tokens (cut along the prefix tries), clipping (the logged ``grad_norm`` is
   before clipping), ``version``, metrics, checkpoints and its ``state_dict`` (trainable weights,
   optimizers, torch RNG, version).
 """
@@ -43,7 +43,7 @@ from unstable_core import Batch, Checkpoint, Step
 from .options import LearnerOptions
 from .packing import Packed, Sequence, pack, sequences
 from .layout import LayoutChoice
-from .prefix import attention_pair_weight, forward_cost, pack_shared
+from .prefix import attention_pair_weight, forward_cost, pack_shared, shared_with_previous, token_runs
 from .segments import pack_segments
 from .policy import Policy, hidden_states, split_body_and_head
 
@@ -59,7 +59,7 @@ class LoraLearner:
     """Base of learners on a LoRA causal LM: subclass it and write ``loss``.
 
     ``update(batch)`` makes exactly one optimizer step: ``prepare(steps)`` once, the batch in chunks of
-    ``mini_batch_size`` steps, ``loss(chunk, batch_size)`` each (so a loss divided by
+    ``mini_batch_size`` steps (and ``mini_batch_tokens`` tokens: ``chunks``), ``loss(chunk, batch_size)`` each (so a loss divided by
     ``batch_size`` sums to the batch's mean), backward, the gradient norm clipped at ``grad_clip``
     and logged before clipping, ``version`` + 1. Metrics: ``loss``, ``grad_norm``,
     ``advantage_mean``, ``train_tokens`` (completion tokens scored), ``forward_tokens`` (positions
@@ -160,6 +160,17 @@ class LoraLearner:
         self.counts["sequence_tokens"] += packed.sequence_tokens
         return packed
 
+    def chunks(self, steps: list[Step]) -> list[list[Step]]:
+        """The batch, in its order, cut into the chunks one forward each takes: at most
+        ``mini_batch_size`` steps and, with ``mini_batch_tokens``, at most that many tokens
+        (each shared token once when prefix sharing is on: ``update`` has sorted the steps)."""
+        size, budget = self.options.mini_batch_size, self.options.mini_batch_tokens
+        if budget is None:
+            return [steps[i : i + size] for i in range(0, len(steps), size)]
+        ids = [s.ids for s in sequences(steps, self.options.max_train_len)]
+        shared = shared_with_previous(ids) if self.shared else None
+        return [steps[start:end] for start, end, _tokens in token_runs([len(x) for x in ids], shared, budget, size)]
+
     def sequence_logprobs(self, packed: Packed, per_token: torch.Tensor) -> torch.Tensor:
         """Each row's sum of ``per_token`` [N] over its completion, divided by the ``normalizer``:
         the constant ``max_generation_len`` (Dr. GRPO) or the row's token count. [B]"""
@@ -184,12 +195,11 @@ class LoraLearner:
         total = 0.0
         sums: dict[str, float] = {}
         chunks = segment_chunks = 0
-        size = self.options.mini_batch_size
-        for i in range(0, len(steps), size):
+        for chunk in self.chunks(steps):
             self.layout = self.layouts.next()
             segment_chunks += self.layout == "segments"
             chunk_start, tokens_before = time.perf_counter(), self.counts["sequence_tokens"]
-            loss, stats = self.loss(steps[i : i + size], len(steps))
+            loss, stats = self.loss(chunk, len(steps))
             loss.backward()
             self.layouts.record(self.layout, time.perf_counter() - chunk_start, self.counts["sequence_tokens"] - tokens_before)
             total += float(loss.detach())
