@@ -26,6 +26,7 @@ from pydantic import ConfigDict, Field
 
 from unstable_core import Checkpoint, Completion, GenerationRequest, ModelRef
 
+from .cache_name import cache_name
 from .options import LoraOptions, ModelLoadOptions
 
 log = logging.getLogger("unstable.hf")
@@ -161,7 +162,7 @@ class HFInference:
                 out = model.generate(  # greedy over what the sampler left possible: its draw
                     input_ids=inputs.input_ids,
                     attention_mask=inputs.attention_mask,
-                    past_key_values=inputs.cache,
+                    **{cache_name(): inputs.cache},
                     logits_processor=LogitsProcessorList([sampler]),
                     do_sample=False,
                     temperature=None,

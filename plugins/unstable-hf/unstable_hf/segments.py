@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from .cache_name import cache_name
 from .packing import Packed, Sequence, completion_fields
 from .prefix import sorted_steps
 
@@ -123,9 +124,9 @@ def segment_hidden_states(body: Any, segments: list[Segment]) -> torch.Tensor:
         if seg.prefix is not None:
             head = body(input_ids=seg.prefix, use_cache=True)
             out.append(head.last_hidden_state[0])
-            cache = head.past_key_values
+            cache = getattr(head, cache_name())
             cache.batch_repeat_interleave(seg.ids.shape[0])
         tail = body(input_ids=seg.ids, attention_mask=seg.attention, position_ids=seg.position_ids,
-                    past_key_values=cache, use_cache=cache is not None)
+                    use_cache=cache is not None, **{cache_name(): cache})
         out.append(tail.last_hidden_state.flatten(0, 1))
     return torch.cat(out)[None]

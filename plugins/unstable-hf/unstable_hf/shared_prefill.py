@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from .cache_name import cache_name
 from .prefix import sorted_ids
 
 
@@ -123,7 +124,8 @@ def prefill(model: Any, prompts: list[list[int]], pad_id: int, device: Any, shar
     for r, p in enumerate(found.prefixes):  # right-padded: a prefix's tokens sit at their own positions
         heads[r, : len(p)] = torch.tensor(p, dtype=torch.long)
         head_mask[r, : len(p)] = 1
-    cache = model(input_ids=heads.to(device), attention_mask=head_mask.to(device), use_cache=True, logits_to_keep=1).past_key_values
+    out = model(input_ids=heads.to(device), attention_mask=head_mask.to(device), use_cache=True, logits_to_keep=1)
+    cache = getattr(out, cache_name())
     cache.reorder_cache(torch.tensor(found.row, dtype=torch.long, device=device))
     rests, rest_mask = left_padded([p[c:] for p, c in zip(prompts, found.cached)], pad_id)
     ids = torch.cat([heads[found.row], rests], dim=1)
