@@ -49,7 +49,8 @@ class LearnerOptions(ModelLoadOptions):
         None, ge=1,
         description="Also cap each chunk at this many tokens (None: steps only): with prefix sharing every token its "
                     "steps share counted once, without it rows x the longest step. A step longer than this is a chunk "
-                    "of its own. Bounds a forward's memory by tokens, so that short steps share a chunk and long ones do not.",
+                    "of its own. Bounds a forward's memory by tokens (its shared rows are padded to the widest, a few more "
+                    "positions), so that short steps share a chunk and long ones do not.",
     )
     max_train_len: int | None = Field(None, ge=2, description="Truncate prompt + completion to this many tokens (the prompt loses its beginning).")
     grad_clip: float = Field(1.0, gt=0, description="Global gradient-norm clip (the logged grad_norm is before clipping).")
