@@ -17,7 +17,7 @@ import pytest
 from unstable_core.dashboard.lines import progress_line
 from unstable_core.dashboard.present import Presenter
 from unstable_core.dashboard.state import DashboardState
-from unstable_core.dashboard.view import render_text
+from unstable_core.dashboard.view import learner_text, render_text
 from unstable_core.dashboard.watch import MetricsFollower
 from unstable_core.progress import set_sink, task
 
@@ -112,6 +112,16 @@ def test_rates_eta_and_leaderboard_from_hand_made_records():
     assert "step 3/10 30%" in line and "eta 1:10" in line and "failures: 2 (TimeoutError 2)" in line
     frame = render_text(state, 80)
     assert "failures: 2 · TimeoutError 2" in frame and "games 50 · 5.00 games/s · gen 100 tok/s · learner 400 tok/s" in frame
+
+
+def test_the_learner_line_shows_the_figures_the_learner_reports_prefix_sharing_included():
+    state = folded([
+        {"type": "start", "name": "x", "mode": "train", "total": 10, "run_dir": "r"},
+        {"type": "train", "step": 4, "time": 1.0, "loss": -0.25, "train_tokens": 768, "forward_tokens": 7895.0,
+         "prefix_share": 0.6754, "update_s": 1.02},
+    ])
+    assert learner_text(state) == "learner step 4: loss -0.25 · tokens 768 · shared 68% · update 1.02 s"
+    assert learner_text(folded([{"type": "start", "name": "x", "mode": "train", "total": 10, "run_dir": "r"}])) == ""
 
 
 def test_plain_lines_are_whole_one_per_evaluation_and_a_last_line():

@@ -77,7 +77,7 @@ def throughput_text(state: DashboardState) -> str:
 LEARNER_FIGURES = {  # train record key -> (label, format)
     "loss": ("loss", "{:.4g}"), "policy_loss": ("policy loss", "{:.4g}"), "value_loss": ("value loss", "{:.4g}"),
     "entropy": ("entropy", "{:.3g}"), "kl": ("kl", "{:.3g}"), "grad_norm": ("grad norm", "{:.3g}"),
-    "train_tokens": ("tokens", "{:,.0f}"), "update_s": ("update", "{:.2f} s"),
+    "train_tokens": ("tokens", "{:,.0f}"), "prefix_share": ("shared", "{:.0%}"), "update_s": ("update", "{:.2f} s"),
 }
 
 
