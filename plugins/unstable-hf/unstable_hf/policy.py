@@ -64,8 +64,9 @@ class Policy:
         if causal_lm is None:
             causal_lm = load_causal_lm(resolve_model_path(model, options), options)
         self.model = with_lora(causal_lm, options.lora)
-        if options.gradient_checkpointing:
-            self.model.gradient_checkpointing_enable()
+        if options.gradient_checkpointing:  # renamed in transformers 5.2x; the old name goes in v6
+            enable = getattr(self.model, "activation_checkpointing_enable", None) or self.model.gradient_checkpointing_enable
+            enable()
             self.model.enable_input_require_grads()
         self.body, self.head = split_body_and_head(self.model)
         self.device = next(self.model.parameters()).device
