@@ -58,6 +58,16 @@ def test_advantages_are_z_scored_over_the_batch_and_returns_are_not(tiny_path):
     assert [L.targets[(g, 0, 0)][1] for g in range(4)] == pytest.approx([1.0, -1.0, 0.0, 1.0])  # V = 0 at the start
 
 
+def test_negative_advantages_are_scaled_for_the_policy_only(tiny_path):
+    steps = [step(g, 0, 0, 1, [5, 6 + g], [7], r) for g, r in enumerate([1.0, -1.0, 0.0, 1.0])]
+    full, half = learner(tiny_path, mini_batch_size=16), learner(tiny_path, mini_batch_size=16, negative_advantage_scale=0.5)
+    full.prepare(steps), half.prepare(steps)
+    for g in range(4):
+        a, r, v = full.targets[(g, 0, 0)]
+        assert half.targets[(g, 0, 0)] == pytest.approx((a * 0.5 if a < 0 else a, r, v))  # returns, values: as they were
+    assert sum(full.targets[(g, 0, 0)][0] < 0 for g in range(4)) == 2
+
+
 def train_critic(L, rounds=20):
     """Single-turn games whose outcome depends only on the last prompt token: 10 wins, 20 loses."""
     won, lost = [5, 6, 7, 8, 10], [5, 6, 7, 8, 20]

@@ -2,7 +2,8 @@
 
 ``prepare`` (once per update, without grad): the critic's V(s) for every step, per-turn rewards
 (step rewards at each turn, the final reward at the last turn only), GAE over each player's own
-turns, optionally z-scored advantages. ``loss`` (per chunk):
+turns, optionally z-scored advantages (their negative ones scaled by ``negative_advantage_scale``).
+``loss`` (per chunk):
 
     policy = - sum_i A_i * sum_t logp(y_it) / norm_i  / batch_size
     value  = 0.5 * sum_i (V(s_i) - R_i)^2 / batch_size        (R_i = A_i + V_old(s_i), before z-scoring)
@@ -58,6 +59,8 @@ class A2CLearner(LoraLearner):
         if self.options.normalize_advantages and len(used) > 1:
             mean, std = fmean(used), pvariance(used) ** 0.5
             used = [(a - mean) / (std + 1e-8) for a in used]
+        if (scale := self.options.negative_advantage_scale) != 1.0:
+            used = [a * scale if a < 0 else a for a in used]
         self.targets = {_key(s): (a, r, v) for s, a, r, v in zip(steps, used, returns, values)}
         var = pvariance(returns) if len(returns) > 1 else 0.0
         residual = pvariance([r - v for r, v in zip(returns, values)]) if len(returns) > 1 else 0.0
