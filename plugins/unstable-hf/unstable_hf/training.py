@@ -21,9 +21,9 @@
   the memory-bounded ``token_logprobs`` (the adapter off gives the frozen base policy's, for a KL
   term); ``save(directory, checkpoint)`` writes an adapter checkpoint atomically.
 * ``LoraLearner``: owns the optimizers (AdamW over ``trainable()``), gradient accumulation over
-  chunks of ``mini_batch_size`` steps and ``mini_batch_tokens`` tokens (cut along the prefix tries), clipping (the logged ``grad_norm`` is
-  before clipping), ``version``, metrics, checkpoints and its ``state_dict`` (trainable weights,
-  optimizers, torch RNG, version).
+  chunks of ``mini_batch_size`` steps and ``mini_batch_tokens`` tokens (cut along the prefix
+  tries), clipping (the logged ``grad_norm`` is before clipping), ``version``, metrics,
+  checkpoints and its ``state_dict`` (trainable weights, optimizers, torch RNG, version).
 """
 
 
@@ -58,9 +58,9 @@ log = logging.getLogger("unstable.hf")
 class LoraLearner:
     """Base of learners on a LoRA causal LM: subclass it and write ``loss``.
 
-    ``update(batch)`` makes exactly one optimizer step: ``prepare(steps)`` once, the batch in chunks of
-    ``mini_batch_size`` steps (and ``mini_batch_tokens`` tokens: ``chunks``), ``loss(chunk, batch_size)`` each (so a loss divided by
-    ``batch_size`` sums to the batch's mean), backward, the gradient norm clipped at ``grad_clip``
+    ``update(batch)`` makes exactly one optimizer step: ``prepare(steps)`` once, the batch in
+    ``chunks`` (``mini_batch_size`` steps, ``mini_batch_tokens`` tokens), ``loss(chunk,
+    batch_size)`` each (so a loss divided by ``batch_size`` sums to the batch's mean), backward, the gradient norm clipped at ``grad_clip``
     and logged before clipping, ``version`` + 1. Metrics: ``loss``, ``grad_norm``,
     ``advantage_mean``, ``train_tokens`` (completion tokens scored), ``forward_tokens`` (positions
     the loss's forwards computed), ``prefix_share`` (the share of the steps' tokens that prefix
