@@ -60,8 +60,8 @@ class LoraLearner:
 
     ``update(batch)`` makes exactly one optimizer step: ``prepare(steps)`` once, the batch in
     ``chunks`` (``mini_batch_size`` steps, ``mini_batch_tokens`` tokens), ``loss(chunk,
-    batch_size)`` each (so a loss divided by ``batch_size`` sums to the batch's mean), backward, the gradient norm clipped at ``grad_clip``
-    and logged before clipping, ``version`` + 1. Metrics: ``loss``, ``grad_norm``,
+    batch_size)`` each (so a loss divided by ``batch_size`` sums to the batch's mean), backward,
+    the gradient norm clipped at ``grad_clip`` and logged before clipping, ``version`` + 1. Metrics: ``loss``, ``grad_norm``,
     ``advantage_mean``, ``train_tokens`` (completion tokens scored), ``forward_tokens`` (positions
     the loss's forwards computed), ``prefix_share`` (the share of the steps' tokens that prefix
     sharing did not recompute), ``prefix_segments`` (the share of chunks forwarded as
