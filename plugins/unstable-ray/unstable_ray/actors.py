@@ -29,6 +29,8 @@ from ray.exceptions import RayActorError, RayTaskError
 
 from unstable_core import Checkpoint, RunFailed, build_role
 
+from . import wire
+
 log = logging.getLogger("unstable.ray")
 
 
@@ -48,11 +50,12 @@ class RoleActor:
         gc.freeze()
         return os.getpid()
 
-    async def call(self, method: str, *args: Any) -> Any:
-        result = getattr(self.role, method)(*args)
+    async def call(self, method: str, args: Any) -> Any:
+        """``role.method(*args)``, arguments and result packed (wire.py)."""
+        result = getattr(self.role, method)(*wire.unpack(args))
         if inspect.isawaitable(result):
             result = await result
-        return result
+        return wire.pack(result)
 
     async def pack(self, path: str) -> dict[str, bytes]:
         """The files of a checkpoint this actor (the learner's) wrote, for other nodes."""
@@ -75,17 +78,12 @@ class RoleActor:
         directory = await self.receive(checkpoint, files)
         return await self.role.set_policy(checkpoint.model_copy(update={"path": directory}))
 
-    async def play(self, specs: list[Any]) -> list[Any]:
-        """Play games whose seats may name checkpoints by their path on the driver's node: the
-        backends get this node's copies; the results name the seats as the driver does."""
-        if not self.local:
-            return await self.role.play(specs)
-        results = await self.role.play([self._here(spec) for spec in specs])
-        for spec, result in zip(specs, results):
-            result.game = spec
-            for trajectory in result.trajectories:
-                trajectory.model = spec.seats[trajectory.player_id]
-        return results
+    async def play(self, args: Any) -> Any:
+        """Play games whose seats may name checkpoints by their path on the driver's node (the
+        backends get this node's copies); the results travel without their specs (wire.py)."""
+        specs, = wire.unpack(args)
+        results = await self.role.play([self._here(spec) for spec in specs] if self.local else specs)
+        return wire.pack(wire.without_specs(results))
 
     def _here(self, spec: Any) -> Any:
         seats = [s.model_copy(update={"adapter_path": self.local[s.adapter_path]}) if s.adapter_path in self.local else s
@@ -137,7 +135,7 @@ class RoleHandle:
 
     async def _call(self, method: str, *args: Any) -> Any:
         try:
-            return await self.actor.call.remote(method, *args)
+            return wire.unpack(await self.actor.call.remote(method, wire.pack(args)))
         except RayTaskError as exc:
             raise original(exc) from None
         except RayActorError as exc:
@@ -169,19 +167,19 @@ class RolloutHandle(RoleHandle):
         while True:
             generation = self.generation
             try:
-                return await self._send(method, *args)
+                result = wire.unpack(await self._send(method, *args))
+                return wire.with_specs(result, args[0]) if method == "play" else result
             except RayTaskError as exc:
                 raise original(exc) from None
             except RayActorError as exc:
                 await self._restart(generation, death(exc))
 
     def _send(self, method: str, *args: Any) -> Any:
-        if not self.executor.options.shared_filesystem:
-            if method == "set_policy":
-                return self.actor.set_policy_from_bytes.remote(args[0], self.executor.checkpoint_bytes(args[0]))
-            if method == "play":  # seats may name past checkpoints, which live on this node as copies
-                return self.actor.play.remote(*args)
-        return self.actor.call.remote(method, *args)
+        if method == "play":
+            return self.actor.play.remote(wire.pack(args))
+        if method == "set_policy" and not self.executor.options.shared_filesystem:
+            return self.actor.set_policy_from_bytes.remote(args[0], self.executor.checkpoint_bytes(args[0]))
+        return self.actor.call.remote(method, wire.pack(args))
 
     async def _restart(self, generation: int, cause: str) -> None:
         async with self._lock:
@@ -203,7 +201,7 @@ class RolloutHandle(RoleHandle):
                 if not executor.options.shared_filesystem:  # past checkpoints may be opponents
                     for past in executor.published[:-1]:
                         await self.actor.receive.remote(past, executor.checkpoint_bytes(past))
-                served = await self._send("set_policy", self.checkpoint)
+                served = wire.unpack(await self._send("set_policy", self.checkpoint))
             except RayTaskError as exc:
                 raise original(exc) from None
             except RayActorError as exc:
