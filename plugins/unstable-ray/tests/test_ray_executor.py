@@ -24,11 +24,11 @@ def local_tournament(tmp_path_factory):
 
 
 class TestRayExecutor(ExecutorContract):
-    """Two rollout replicas; checkpoints read from the run directory."""
+    """Two rollout replicas; checkpoints read from the run directory; every role an actor."""
 
     plugin = ray_plugin
     name = "ray"
-    options = {"rollout_replicas": 2, "rollout": {"num_cpus": 0.5}, "learner": {"num_cpus": 0.5}}
+    options = {"rollout_replicas": 2, "rollout": {"num_cpus": 0.5}, "learner": {"num_cpus": 0.5}, "in_driver": []}
 
     @pytest.fixture(autouse=True)
     def _ray(self, cluster):
@@ -36,7 +36,7 @@ class TestRayExecutor(ExecutorContract):
 
 
 class TestRayExecutorBytesInDriver(TestRayExecutor):
-    """One replica, checkpoints through the object store, league and buffer in the driver."""
+    """One replica, checkpoints through the object store, league and buffer in the driver (the default)."""
 
     options = {"shared_filesystem": False, "in_driver": ["league", "buffer"], "learner": {"num_cpus": 0.5}}
 

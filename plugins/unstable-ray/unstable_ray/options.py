@@ -35,8 +35,9 @@ class RayOptions(BaseModel):
     league: Resources = _resources("league", 0.0)
     buffer: Resources = _resources("buffer", 0.0)
     in_driver: list[Literal["league", "buffer"]] = Field(
-        default_factory=list, description="Roles built in the driver's process instead of as actors: each finished "
-        "game then crosses one process boundary (rollout -> driver) instead of three (rollout -> driver -> league, buffer).")
+        default_factory=lambda: ["league", "buffer"], description="Roles built in the driver's process instead of as "
+        "actors. Default both: each finished game crosses one process boundary (rollout -> driver) instead of three "
+        "(rollout -> driver -> league, buffer), and a drawn batch one (driver -> learner). `[]`: every role an actor.")
     placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = Field(
         "PACK", description="How the placement group's bundles are spread over nodes.")
     placement_timeout_s: float = Field(
