@@ -81,6 +81,27 @@ def test_auto_lets_the_first_slow_calls_of_an_env_id_pass():
     assert calls.slow_envs == {"a"}
 
 
+def test_auto_counts_slow_calls_within_a_window_of_an_env_ids_calls():
+    """A busy machine makes a fast call slow now and then: such calls, spread over a run, must not
+    add up to a move (they once moved every env to threads within seconds in a Ray actor)."""
+    calls = EnvCalls("auto", slow_s=0.0, slow_calls=3, window_calls=100)
+    assert [calls.mark_slow("a"), calls.mark_slow("a")] == [False, False]
+    calls.played("a", 60)
+    calls.played("b", 100)  # another env id's window
+    assert calls.mark_slow("a") is True  # three within 60 calls
+    calls = EnvCalls("auto", slow_s=0.0, slow_calls=3, window_calls=100)
+    for _ in range(5):  # two slow calls in every window of 100: never three in one
+        assert [calls.mark_slow("a"), calls.mark_slow("a")] == [False, False]
+        calls.played("a", 100)
+    assert calls.slow_envs == set()
+
+
+def test_the_runner_counts_the_env_calls_it_timed_on_the_loop():
+    calls = EnvCalls("auto", slow_s=3600)
+    results = play_two(calls, ToyProvider())
+    assert calls.loop_calls == {"PickBest-v0": sum(1 + 2 * r.num_turns for r in results)} and calls.slow_envs == set()
+
+
 def test_an_env_call_that_raises_on_a_thread_fails_its_game_with_the_reason():
     class Broken(ToyProvider):
         def make(self, env):

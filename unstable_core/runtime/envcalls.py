@@ -5,8 +5,12 @@ Every game in flight shares the rollout's event loop, so an env call that takes 
 on a worker thread lets the loop go on: a blocked call waits without holding anything, and a
 CPU-bound one gives up the GIL every few milliseconds, so the other games keep moving.
 A thread hop costs tens of microseconds a call, about a tenth of a fast TextArena turn, so by
-default (``auto``) envs are called on the loop until one of an env id's calls is seen to take
-longer than ``slow_s``; from then on that env id's calls run on threads.
+default (``auto``) envs are called on the loop until an env id's calls are seen to take longer
+than ``slow_s`` ``slow_calls`` times within a window of ``window_calls`` of its calls; from then
+on that env id's calls run on threads. The window is what tells a slow env from a busy machine:
+on 2 shared cores a fast call now and then takes over 20 ms (the process was descheduled, or
+waited for the GIL), and counted over a whole run such calls once moved every env to threads
+within seconds, which halved a rollout's games/s (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -20,18 +24,21 @@ T = TypeVar("T")
 
 EnvCallMode = Literal["auto", "loop", "threads"]
 ENV_THREADS = 16  # worker threads of one rollout role for env calls
-SLOW_CALLS = 3  # slow calls of an env id on the loop that move its calls to threads
+SLOW_CALLS = 3  # slow calls of an env id on the loop, within one window, that move its calls to threads
+WINDOW_CALLS = 1000  # an env id's calls on the loop over which its slow calls are counted
 
 
 class EnvCalls:
     def __init__(self, mode: EnvCallMode = "auto", slow_s: float = 0.02, threads: int = ENV_THREADS,
-                 slow_calls: int = SLOW_CALLS) -> None:
+                 slow_calls: int = SLOW_CALLS, window_calls: int = WINDOW_CALLS) -> None:
         self.mode = mode
         self.slow_s = slow_s
         self.slow_calls_to_move = slow_calls
+        self.window_calls = window_calls
         self.threads = threads
         self.slow_envs: set[str] = set()  # env ids whose calls now run on threads
-        self.slow_calls: dict[str, int] = {}  # slow calls on the loop, by env id
+        self.slow_calls: dict[str, int] = {}  # slow calls on the loop in the current window, by env id
+        self.loop_calls: dict[str, int] = {}  # calls on the loop in the current window, by env id
         self._calls: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._workers: list[threading.Thread] = []
         self._idle = 0  # worker threads free to take a call without waiting
@@ -46,15 +53,22 @@ class EnvCalls:
         return self.slow_s if self.mode == "auto" else float("inf")
 
     def mark_slow(self, env_id: str) -> bool:
-        """An env id's call on the loop was slow. At the ``slow_calls``-th such call its calls run
-        on threads from now on (return True). The first ones are let pass: a first ``make``
-        imports the game's modules (textarena's take a second), and in a process that shares
-        the GIL with busy threads of its own (a Ray actor's) a fast call is now and then slow."""
+        """An env id's call on the loop was slow. At the ``slow_calls``-th such call of a window its
+        calls run on threads from now on (return True). The first ones are let pass: a first
+        ``make`` imports the game's modules (textarena's take a second), and on a busy machine, or
+        in a process that shares the GIL with busy threads of its own (a Ray actor's), a fast
+        call is now and then slow."""
         self.slow_calls[env_id] = count = self.slow_calls.get(env_id, 0) + 1
         if count < self.slow_calls_to_move:
             return False
         self.slow_envs.add(env_id)
         return True
+
+    def played(self, env_id: str, calls: int) -> None:
+        """A game made ``calls`` timed env calls on the loop; a window that is full starts anew."""
+        self.loop_calls[env_id] = count = self.loop_calls.get(env_id, 0) + calls
+        if count >= self.window_calls:
+            self.loop_calls[env_id] = self.slow_calls[env_id] = 0
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on a worker thread, awaited."""

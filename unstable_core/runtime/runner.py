@@ -170,6 +170,8 @@ class GameRunner:
                     }
                 )
                 turns += 1
+            if not threaded:  # make and reset, then an observe and a step a turn, were timed
+                calls.played(env_id, 1 + 2 * turns)
             if outcome == "truncated":
                 rewards = {i: 0.0 for i in range(n)}
             else:
