@@ -1,13 +1,14 @@
 """Scripted games/s of the `local` executor and of `ray` with 1 and 2 rollout replicas, one run.
 
-    python bench/ray_rollout.py [--games 6000] [--in-flight 256] [--repeat 2]
+    python bench/ray_rollout.py [--games 6000] [--in-flight 256] [--repeat 3]
 
 Each run is a tournament between scripted agents (`random-valid`, `first-valid`, `greedy`) on
 TicTacToe and KuhnPoker through the public API, with the same config for every executor but
 `[executor]`: the league, buffer and driver in one place, games played by the rollout role(s).
 Throughput is taken between the run's first and last summary records, so actor start-up
-(seconds under Ray) is not counted. One local Ray cluster (`num_cpus` = the machine's cores) is
-started for the whole bench. Rollout replicas reserve 0.5 CPU each so two fit on 2 cores.
+(seconds under Ray) is not counted. One local Ray cluster (`num_cpus` = the machine's cores, the
+settings the executor gives a local cluster it starts) serves the whole bench. Rollout replicas
+reserve 0.5 CPU each so two fit on 2 cores.
 The league and buffer are built in the driver's process (the executor's default `in_driver`), so
 each result crosses one process boundary; the last row makes them actors too (`in_driver = []`),
 and each result crosses three. Target on a 2-core machine: ray with 2 replicas >= 1.3 x local.
@@ -55,7 +56,9 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     import ray
+    from unstable_ray.executor import prepare_local_cluster
 
+    prepare_local_cluster()  # the settings the executor gives a local cluster it starts
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     setups = {
         "local": {"name": "local"},

@@ -12,6 +12,9 @@ def cluster():
     process); its address, for child processes that connect to it."""
     import ray
 
+    from unstable_ray.executor import prepare_local_cluster
+
+    prepare_local_cluster()  # as the executor does for a cluster of its own
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         yield ray.get_runtime_context().gcs_address

@@ -99,3 +99,18 @@ def test_an_address_where_no_cluster_answers_fails_at_once_with_exit_2(tmp_path)
                            "--set", "executor.address=127.0.0.1:1"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stderr
     assert "no Ray cluster answers at 127.0.0.1:1" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_run_without_an_address_starts_a_local_cluster_with_the_executors_settings_and_stops_it(tmp_path):
+    script = f"""
+import os, ray, unstable_core
+os.environ.pop("RAY_max_direct_call_object_size", None)
+cfg = {{"name": "own-cluster", "train_envs": ["TicTacToe-v0-train"], "opponents": ["random-valid", "greedy"],
+        "model_sampler": {{"name": "fixed"}}, "collection": {{"tournament_games": 40, "num_train_games": 8}},
+        "executor": {{"name": "ray", "num_cpus": 1, "rollout": {{"num_cpus": 0.5}}}}}}
+result = unstable_core.run(cfg, run_dir={str(tmp_path / "run")!r})
+print(result.status, result.games_played, os.environ.get("RAY_max_direct_call_object_size"), ray.is_initialized())
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split()[-4:] == ["completed", "40", str(4 * 1024 * 1024), "False"]

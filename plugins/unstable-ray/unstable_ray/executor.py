@@ -30,6 +30,15 @@ from .actors import RoleActor, RoleHandle, RolloutHandle, checkpoint_files, deat
 from .options import RayOptions, Resources
 
 
+def prepare_local_cluster() -> None:
+    """Settings for a local Ray cluster about to be started in this process, as environment
+    variables its processes inherit (one already set wins): a call's result of up to 4 MiB (a
+    batch of 32 scripted games is ~420 KB) goes straight back to the caller instead of through the
+    node's object store (Ray's default limit: 100 KiB), and two scripted rollout replicas play
+    ~17 % more games/s (docs/ray.md). A cluster started by hand takes the same variable."""
+    os.environ.setdefault("RAY_max_direct_call_object_size", str(4 * 1024 * 1024))
+
+
 def connect(options: RayOptions) -> bool:
     """Connect to the cluster the options name, or use the Ray already initialised here, or
     start a local one; return whether this call started Ray (and so must stop it)."""
@@ -39,6 +48,7 @@ def connect(options: RayOptions) -> bool:
     kwargs: dict[str, Any] = {"include_dashboard": False, "namespace": options.namespace, "log_to_driver": True}
     if options.address is None:
         kwargs["num_cpus"] = options.num_cpus
+        prepare_local_cluster()
     reachable(options.address)
     main = threading.current_thread() is threading.main_thread()
     sigterm = signal.getsignal(signal.SIGTERM) if main else None
