@@ -10,7 +10,7 @@ than ``slow_s`` ``slow_calls`` times within a window of ``window_calls`` of its 
 on that env id's calls run on threads. The window is what tells a slow env from a busy machine:
 on 2 shared cores a fast call now and then takes over 20 ms (the process was descheduled, or
 waited for the GIL), and counted over a whole run such calls once moved every env to threads
-within seconds, which halved a rollout's games/s (docs/architecture.md).
+within seconds, and a rollout played a third fewer games/s (docs/architecture.md).
 """
 
 from __future__ import annotations
