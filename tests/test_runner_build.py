@@ -180,3 +180,25 @@ def test_a_sampler_answering_a_dict_seat_fails_naming_the_sampler(tmp_path):
     league.model_sampler.sample = lambda env, anchor, n, registry, rng: [{"uid": "x", "model": "first-valid"}] * n
     with pytest.raises(ComponentError, match="model_sampler 'fixed' from plugin 'core.samplers'.*expected a ModelRef"):
         asyncio.run(league.schedule(1, "tournament"))
+
+
+def test_a_rollout_role_plays_on_whichever_event_loop_calls_it(tmp_path):
+    """A role built with the public ``build_role`` and used from two ``asyncio.run`` calls (a
+    script, a notebook cell each): its game workers belong to the first loop, which is closed by
+    the second call; they are started anew there instead of the batch waiting forever."""
+    import asyncio
+
+    import unstable_core
+    from unstable_core import build_role
+
+    job = unstable_core.build({"name": "t", "train_envs": ["TicTacToe-v0-train"], "opponents": ["greedy", "random-valid"],
+                               "model_sampler": {"name": "fixed"}}, run_dir=tmp_path / "t")
+    league, rollout = (build_role(role, job.plan, job.plugins) for role in ("league", "rollout"))
+    specs = asyncio.run(league.schedule(6, "tournament"))
+
+    async def play():
+        return await asyncio.wait_for(rollout.play(specs), timeout=30)
+
+    first, second = asyncio.run(play()), asyncio.run(play())
+    assert [r.outcome for r in first] == [r.outcome for r in second] == ["finished"] * 6
+    assert [r.rewards for r in first] == [r.rewards for r in second]  # the same seeds, the same games

@@ -41,6 +41,7 @@ class Rollout:
         self._queue: asyncio.Queue[tuple[_Batch, int, GameSpec]] = asyncio.Queue()
         self._workers: list[asyncio.Future[None]] = []
         self._idle = 0
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop the workers run on
         collection = cfg.collection
         self.env_calls = EnvCalls(collection.env_calls, collection.slow_env_call_ms / 1000)
         self.lockstep = Lockstep() if collection.mode == "sync" else None
@@ -73,7 +74,10 @@ class Rollout:
         game, and a game whose agents answer at once runs to its end without a task switch."""
         if not specs:
             return []
-        batch = _Batch(len(specs), asyncio.get_running_loop().create_future())
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:  # workers and queue belong to one event loop (a second asyncio.run)
+            self._loop, self._queue, self._workers, self._idle = loop, asyncio.Queue(), [], 0
+        batch = _Batch(len(specs), loop.create_future())
         if self.lockstep is not None:
             self.lockstep.expect(len(specs))
         for i, spec in enumerate(specs):
