@@ -56,7 +56,7 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     import ray
-    from unstable_ray.executor import prepare_local_cluster
+    from unstable_ray.environment import prepare_local_cluster
 
     prepare_local_cluster()  # the settings the executor gives a local cluster it starts
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)

@@ -12,7 +12,7 @@ def cluster():
     process); its address, for child processes that connect to it."""
     import ray
 
-    from unstable_ray.executor import prepare_local_cluster
+    from unstable_ray.environment import prepare_local_cluster
 
     prepare_local_cluster()  # as the executor does for a cluster of its own
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)

@@ -114,3 +114,16 @@ print(result.status, result.games_played, os.environ.get("RAY_max_direct_call_ob
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split()[-4:] == ["completed", "40", str(4 * 1024 * 1024), "False"]
+
+
+def test_a_malformed_inline_result_setting_fails_with_one_line_naming_it(tmp_path):
+    """Importing Ray with it would crash the process: it is checked before."""
+    import os
+
+    config = tmp_path / "run.toml"
+    config.write_text(CONFIG)
+    env = {**os.environ, "RAY_max_direct_call_object_size": "4MB"}
+    proc = subprocess.run([sys.executable, "-m", "unstable_core.cli", "run", str(config), "--run-dir", str(tmp_path / "run")],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 2, proc.stderr
+    assert "RAY_max_direct_call_object_size='4MB' is not a number of bytes" in proc.stderr and "Traceback" not in proc.stderr

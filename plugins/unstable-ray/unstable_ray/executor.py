@@ -27,16 +27,8 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from unstable_core import Checkpoint, RoleHandles, RunFailed, build_role
 
 from .actors import RoleActor, RoleHandle, RolloutHandle, checkpoint_files, death, original
+from .environment import prepare_local_cluster
 from .options import RayOptions, Resources
-
-
-def prepare_local_cluster() -> None:
-    """Settings for a local Ray cluster about to be started in this process, as environment
-    variables its processes inherit (one already set wins): a call's result of up to 4 MiB (a
-    batch of 32 scripted games is ~420 KB) goes straight back to the caller instead of through the
-    node's object store (Ray's default limit: 100 KiB), and two scripted rollout replicas play
-    ~17 % more games/s (docs/ray.md). A cluster started by hand takes the same variable."""
-    os.environ.setdefault("RAY_max_direct_call_object_size", str(4 * 1024 * 1024))
 
 
 def connect(options: RayOptions) -> bool:
