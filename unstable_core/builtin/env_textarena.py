@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import difflib
-import random
 import threading
 from typing import Any
 
@@ -12,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .. import hookimpl
 from ..components import EnvProviderSpec
 from ..types import EnvSpec
+from . import global_random
 
 #: Ids checked to work offline on Python 3.11 here (tests make and play each one).
 KNOWN_ENV_IDS = [
@@ -38,9 +38,10 @@ class TextArenaOptions(BaseModel):
 
 
 #: TextArena's games draw from the global ``random`` module (KuhnPoker shuffles its deck at every
-#: round). Each reset and step reseeds it from the game's seed and move count, under this lock,
-#: so a game's draws do not depend on which other games ran between its moves (nor on the
-#: executor, nor on env calls running on threads).
+#: round). Each reset and step starts it from a seed of the game's seed and move count, under this
+#: lock, so a game's draws do not depend on which other games ran between its moves (nor on the
+#: executor, nor on env calls running on threads); the seeding is paid only by calls that draw
+#: (global_random).
 _GLOBAL_RANDOM = threading.Lock()
 
 
@@ -61,8 +62,11 @@ class TextArenaGame:
     def reset(self, num_players: int, seed: int) -> None:
         self._seed, self._moves = seed, 0
         with _GLOBAL_RANDOM:
-            random.seed(seed)
-            self.env.reset(num_players=num_players, seed=seed)
+            global_random.arm(seed)
+            try:
+                self.env.reset(num_players=num_players, seed=seed)
+            finally:
+                global_random.disarm()
         # the state object is made by reset; cache it (each lookup walks the wrapper chain)
         self.state = state = getattr(self.env, "state", None)
         if state is not None and hasattr(state, "error_allowance"):
@@ -85,8 +89,11 @@ class TextArenaGame:
         errors_before = state.error_count if self._counts_errors else 0
         self._moves += 1
         with _GLOBAL_RANDOM:
-            random.seed(self._seed * 1_000_003 + self._moves)
-            done, _info = self.env.step(action=action)
+            global_random.arm(self._seed * 1_000_003 + self._moves)
+            try:
+                done, _info = self.env.step(action=action)
+            finally:
+                global_random.disarm()
         if self._counts_errors and state.error_count > errors_before:
             return bool(done), True
         info = self._game_info.get(pid)
