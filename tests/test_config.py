@@ -2,7 +2,9 @@ import json
 
 import pytest
 
-from unstable_core.config import apply_overrides, load_config, resolve_components, validate_config
+from unstable_core.config import load_config, validate_config
+from unstable_core.config_components import resolve_components
+from unstable_core.config_loading import apply_overrides
 from unstable_core.errors import ConfigError
 
 GOOD = """

@@ -28,16 +28,19 @@ _LAZY = {
     **{n: "components" for n in (
         "ComponentSpec", "EnvProviderSpec", "EnvSamplerSpec", "ModelSamplerSpec", "RaterSpec",
         "RewardTransformSpec", "BufferSpec", "LearnerSpec", "InferenceSpec", "ExecutorSpec", "TrackerSpec",
-        "TemplateSpec", "NoOptions", "BuildContext", "KINDS", "GameEnv", "EnvProvider", "EnvSampler",
-        "ModelSampler", "Registry", "Rater", "Buffer", "Learner", "Inference", "Executor", "Tracker", "Template",
-        "FinalRewardTransform", "StepRewardTransform", "SamplingRewardTransform",
+        "TemplateSpec", "NoOptions", "BuildContext", "KINDS",
+    )},
+    **{n: "protocols" for n in (
+        "GameEnv", "EnvProvider", "EnvSampler", "ModelSampler", "Registry", "Rater", "Buffer", "Learner", "Inference",
+        "Executor", "Tracker", "Template", "FinalRewardTransform", "StepRewardTransform", "SamplingRewardTransform",
     )},
     **{n: "errors" for n in (
         "UnstableError", "ConfigError", "PluginError", "UnknownComponentError", "ComponentError", "RunFailed",
         "RunInterrupted",
     )},
     **{n: "plugins" for n in ("PluginSystem", "PluginRecord", "PluginRecipe", "load_plugins", "get_plugin_system")},
-    **{n: "config" for n in ("RunConfig", "load_config", "validate_config", "ComponentChoice", "SECRET_ERROR")},
+    **{n: "config" for n in ("RunConfig", "load_config", "validate_config", "ComponentChoice")},
+    "SECRET_ERROR": "config_loading",
     **{n: "records" for n in (
         "Record", "TrainRecord", "EvalRecord", "EvalSkippedRecord", "SummaryRecord", "RatingsRecord", "GameRecord", "EnvTotals",
         "ResumeRecord", "StartRecord", "EndRecord", "PairCount", "TranscriptRecord", "TranscriptTurn",

@@ -24,7 +24,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .config import RunConfig, apply_overrides, load_config, validate_config
+from .config import RunConfig, load_config, validate_config
+from .config_loading import apply_overrides
 from .errors import ComponentError, ConfigError, RunFailed, RunInterrupted, describe_error
 from .records import EndRecord, EvalRecord, StartRecord
 from .types import RunEndContext, RunStartContext

@@ -232,7 +232,7 @@ def config_group() -> None:
 @config_group.command("schema")
 def config_schema() -> None:
     """Print the JSON Schema of the run config, every plugin's options included."""
-    from .config import config_json_schema
+    from .config_components import config_json_schema
 
     _print_json(config_json_schema(_system()))
 

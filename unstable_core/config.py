@@ -14,20 +14,15 @@ config is executed.
 
 from __future__ import annotations
 
-import copy
-import difflib
-import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .config_loading import MAX_NESTING, apply_overrides, format_validation_error, nesting_depth, read_toml
 from .errors import ConfigError
 from .types import EnvSpec, ModelRef
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .plugins import PluginSystem
 
 
 #: config sections that pick one component; each is named after its component kind
@@ -46,7 +41,6 @@ class ComponentChoice(BaseModel):
         return dict(self.model_extra or {})
 
 
-MAX_NESTING = 64  # tables and lists in a config or an override nest at most this deep
 MAX_IN_FLIGHT = 65_536
 
 
@@ -221,126 +215,6 @@ class RunConfig(Section):
         return out
 
 
-# ---------------------------------------------------------------------------------------------
-# Errors
-# ---------------------------------------------------------------------------------------------
-
-
-def _type_name(value: Any) -> str:
-    return {dict: "a table", list: "a list", str: "a string", bool: "a boolean", int: "an integer", float: "a number"}.get(
-        type(value), type(value).__name__
-    )
-
-
-#: the error type of a validator that must not echo its input (``PydanticCustomError(SECRET_ERROR, msg)``)
-SECRET_ERROR = "unstable_secret"
-
-
-def format_validation_error(exc: ValidationError, source: str, prefix: str = "", model: type[BaseModel] | None = None) -> str:
-    """One line per problem: ``source: key.path: what was expected (found ...)``."""
-    lines = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in (prefix.split(".") if prefix else []) + list(err["loc"]))
-        if err["type"] == "extra_forbidden":
-            key = str(err["loc"][-1]) if err["loc"] else "?"
-            hint = ""
-            if model is not None:
-                target = model
-                close = difflib.get_close_matches(key, list(target.model_fields), n=1)
-                if close:
-                    hint = f"; did you mean {close[0]!r}?"
-            lines.append(f"{source}: {loc}: unknown option{hint}")
-            continue
-        where = f"{loc}: " if loc else ""
-        found = err.get("input")
-        # a value that may be a secret (an API key where its variable's name belongs) is never shown
-        found_s = "" if err["type"] in ("missing", SECRET_ERROR) else f" (found {found!r}, {_type_name(found)})"
-        msg = err["msg"]
-        lines.append(f"{source}: {where}{msg[:1].lower()}{msg[1:]}{found_s}")
-    return "\n".join(lines)
-
-
-# ---------------------------------------------------------------------------------------------
-# Loading
-# ---------------------------------------------------------------------------------------------
-
-
-def nesting_depth(value: Any, limit: int = MAX_NESTING) -> int:
-    """How deep tables and lists nest in ``value`` (counted up to ``limit + 1``)."""
-    depth, level = 0, [value]
-    while level and depth <= limit:
-        level = [v for x in level for v in (x.values() if isinstance(x, dict) else x if isinstance(x, list) else ())]
-        depth += 1 if level else 0
-    return depth
-
-
-def _parse_toml(text: str, where: str) -> dict[str, Any]:
-    try:
-        data = tomllib.loads(text)
-    except RecursionError:
-        raise ConfigError(f"{where}: tables or lists nest too deeply (at most {MAX_NESTING} levels)") from None
-    if nesting_depth(data) > MAX_NESTING:
-        raise ConfigError(f"{where}: tables or lists nest too deeply (at most {MAX_NESTING} levels)")
-    return data
-
-
-def parse_value(text: str) -> Any:
-    """Parse an override's value as a TOML value; fall back to the plain string."""
-    try:
-        return _parse_toml(f"v = {text}", f"--set value {text[:40]!r}")["v"]
-    except tomllib.TOMLDecodeError:
-        return text
-
-
-def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
-    """Apply ``a.b=c`` overrides to a config dict (integers index lists: ``train_envs.0.env_id``)."""
-    data = copy.deepcopy(data)
-    for item in overrides:
-        if "=" not in item:
-            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. --set training.learning_steps=10")
-        key, _, raw = item.partition("=")
-        parts = [p for p in key.strip().split(".") if p]
-        if not parts:
-            raise ConfigError(f"--set {item!r}: empty key")
-        if len(parts) > MAX_NESTING:
-            raise ConfigError(f"--set {key[:60]}...: the key nests {len(parts)} levels deep (at most {MAX_NESTING})")
-        node: Any = data
-        for i, part in enumerate(parts[:-1]):
-            if isinstance(node, list):
-                if not part.isdigit() or int(part) >= len(node):
-                    raise ConfigError(f"--set {key}: {'.'.join(parts[:i + 1])} is not an index of a {len(node)}-item list")
-                node = node[int(part)]
-            elif isinstance(node, dict):
-                node = node.setdefault(part, {})
-            else:
-                raise ConfigError(f"--set {key}: {'.'.join(parts[:i])} is {_type_name(node)}, not a table")
-        last = parts[-1]
-        value = parse_value(raw.strip())
-        if isinstance(node, list):
-            if not last.isdigit() or int(last) >= len(node):
-                raise ConfigError(f"--set {key}: {last!r} is not an index of a {len(node)}-item list")
-            node[int(last)] = value
-        elif isinstance(node, dict):
-            node[last] = value
-        else:
-            raise ConfigError(f"--set {key}: {'.'.join(parts[:-1])} is {_type_name(node)}, not a table")
-    return data
-
-
-def read_toml(path: str | Path) -> dict[str, Any]:
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"{path}: no such config file")
-    try:
-        return _parse_toml(p.read_text(encoding="utf-8"), str(path))
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not valid TOML: the file is not UTF-8 text") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
-
-
 def validate_config(data: Mapping[str, Any], source: str = "<config>") -> RunConfig:
     if nesting_depth(dict(data)) > MAX_NESTING:
         raise ConfigError(f"{source}: tables or lists nest too deeply (at most {MAX_NESTING} levels)")
@@ -357,133 +231,11 @@ def load_config(path: str | Path, overrides: Iterable[str] = ()) -> RunConfig:
     return validate_config(data, str(path))
 
 
-def validate_options(spec: Any, options: Mapping[str, Any], source: str, key: str) -> BaseModel:
-    """Validate one component's options with its own model; errors name the key path."""
-    try:
-        return spec.config.model_validate(dict(options))
-    except ValidationError as exc:
-        raise ConfigError(format_validation_error(exc, source, prefix=key, model=spec.config)) from None
+def __getattr__(name: str) -> Any:
+    """``resolve_components``, ``validate_options`` and ``config_json_schema`` moved to
+    ``config_components`` (they need the plugins); still importable from here."""
+    if name in ("resolve_components", "validate_options", "config_json_schema"):
+        from . import config_components
 
-
-def resolve_components(cfg: RunConfig, system: PluginSystem, source: str = "<config>") -> dict[str, tuple[Any, BaseModel]]:
-    """Look every chosen component up in the catalog and validate its options.
-
-    Returns key path -> (spec, validated options). Raises ConfigError / UnknownComponentError
-    with every problem found, so a user fixes them all at once.
-    """
-    from .errors import UnknownComponentError
-
-    resolved: dict[str, tuple[Any, BaseModel]] = {}
-    problems: list[str] = []
-    for key, kind, choice in cfg.component_choices():
-        try:
-            spec = system.get(kind, choice.name)
-        except UnknownComponentError as exc:
-            problems.append(f"{source}: {key}.name: {exc}")
-            continue
-        stage = key.split(".")[1] if key.startswith("reward.") else None
-        if stage is not None and getattr(spec, "stage", None) != stage:
-            problems.append(f"{source}: {key}.name: {choice.name!r} is a {spec.stage} transform, not a {stage} one")
-            continue
-        try:
-            resolved[key] = (spec, validate_options(spec, choice.options, source, key))
-        except ConfigError as exc:
-            problems.append(str(exc))
-    # templates named by environments
-    for i, env in enumerate(cfg.train_envs):
-        _check_template(system, env.template, f"{source}: train_envs.{i}.template", problems)
-    for i, env in enumerate(cfg.eval_envs or []):
-        _check_template(system, env.template, f"{source}: eval_envs.{i}.template", problems)
-    # backends named by the model and opponents
-    refs = [(f"opponents.{i}.backend", o.backend) for i, o in enumerate(cfg.opponents)]
-    ref = cfg.model_ref()
-    if ref is not None:
-        refs.append(("model.backend", ref.backend))
-    for key, backend in refs:
-        try:
-            system.get("inference", backend)
-        except UnknownComponentError as exc:
-            problems.append(f"{source}: {key}: {exc}")
-    for name, opts in cfg.backends.items():
-        try:
-            spec = system.get("inference", name)
-            validate_options(spec, opts, source, f"backends.{name}")
-        except (UnknownComponentError, ConfigError) as exc:
-            problems.append(str(exc) if isinstance(exc, ConfigError) else f"{source}: backends.{name}: {exc}")
-    if problems:
-        raise ConfigError("\n".join(dict.fromkeys(problems)))
-    return resolved
-
-
-def _check_template(system: PluginSystem, name: str, where: str, problems: list[str]) -> None:
-    from .errors import UnknownComponentError
-
-    try:
-        system.get("template", name)
-    except UnknownComponentError as exc:
-        problems.append(f"{where}: {exc}")
-
-
-# ---------------------------------------------------------------------------------------------
-# JSON Schema
-# ---------------------------------------------------------------------------------------------
-
-def _choice_schema(system: PluginSystem, kind: str, stage: str | None = None) -> dict[str, Any]:
-    variants = []
-    defs: dict[str, Any] = {}
-    for name in system.names(kind):
-        spec = system.get(kind, name)
-        if stage is not None and getattr(spec, "stage", None) != stage:
-            continue
-        sch = spec.config.model_json_schema()
-        defs.update(sch.pop("$defs", {}))
-        props = {"name": {"const": name, "description": spec.summary}, **sch.get("properties", {})}
-        variants.append(
-            {
-                "type": "object",
-                "title": f"{kind}:{name}",
-                "properties": props,
-                "required": ["name", *sch.get("required", [])],
-                "additionalProperties": False,
-            }
-        )
-    # no plugin offers this kind: nothing validates (jsonschema rejects an empty oneOf)
-    out: dict[str, Any] = {"oneOf": variants} if variants else {"not": {}, "description": f"no {kind} component is installed"}
-    if defs:
-        out["$defs"] = defs
-    return out
-
-
-def config_json_schema(system: PluginSystem) -> dict[str, Any]:
-    """JSON Schema of RunConfig, each component section expanded to its plugins' options."""
-    schema = RunConfig.model_json_schema()
-    props = schema["properties"]
-    all_defs = schema.setdefault("$defs", {})
-
-    def place(sub: dict[str, Any]) -> dict[str, Any]:
-        all_defs.update(sub.pop("$defs", {}))
-        return sub
-
-    for key in SINGLE_SECTIONS:  # each section is named after its component kind
-        sub = place(_choice_schema(system, key))
-        if key == "learner":
-            props[key] = {"anyOf": [sub, {"type": "null"}], "default": None}
-        else:
-            props[key] = sub
-    # shorthands: an opponent or an env may be given as a plain string
-    def allow_str(sub: dict[str, Any], what: str) -> None:
-        for variant in [sub, *sub.get("anyOf", [])]:
-            if variant.get("type") == "array":
-                variant["items"] = {"anyOf": [{"type": "string", "description": what}, variant["items"]]}
-
-    allow_str(props["opponents"], "a scripted agent's name")
-    allow_str(props["train_envs"], "an env id")
-    allow_str(props["eval_envs"], "an env id")
-    props["trackers"] = {"type": "array", "items": place(_choice_schema(system, "tracker"))}
-    reward = {"type": "object", "additionalProperties": False, "properties": {}}
-    for stage in ("final", "step", "sampling"):
-        reward["properties"][stage] = {"type": "array", "items": place(_choice_schema(system, "reward_transform", stage))}
-    props["reward"] = reward
-    schema["title"] = "unstable run config"
-    return schema
-
+        return getattr(config_components, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -15,8 +15,11 @@ import pluggy
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .. import hookspecs
-from ..components import PROTOCOLS, BuildContext
-from ..config import RunConfig, format_validation_error, resolve_components, validate_options
+from ..components import BuildContext
+from ..protocols import PROTOCOLS
+from ..config import RunConfig
+from ..config_components import resolve_components, validate_options
+from ..config_loading import format_validation_error
 from ..errors import ComponentError, ConfigError, PluginError, UnstableError, describe_error
 from ..types import ModelRef
 from .runner import derive_seed

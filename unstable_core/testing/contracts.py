@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from ..components import PROTOCOLS
+from ..protocols import PROTOCOLS
 from ..runtime.registry import ModelRegistry
 from ..types import (
     Completion,
