@@ -6,30 +6,14 @@ Plugins add subcommands through ``unstable_register_commands``.
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
 import click
 
 from . import __version__
+from .cli_catalog import components, envs, plugin_system, plugins, print_json, rich_console
 from .errors import UnstableError
-
-
-def _system() -> Any:
-    from .plugins import get_plugin_system
-
-    return get_plugin_system()
-
-
-def _console() -> Any:
-    from rich.console import Console
-
-    return Console()
-
-
-def _print_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, default=str))
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -62,11 +46,11 @@ def run(config: str | None, overrides: tuple[str, ...], run_dir: str | None, res
     if resume_dir is not None:
         if run_dir is not None and run_dir != resume_dir:
             raise ConfigError("--resume RUN_DIR goes on in RUN_DIR: leave out --run-dir")
-        job = build(config, run_dir=resume_dir, overrides=overrides, plugins=_system(), resume=True)
+        job = build(config, run_dir=resume_dir, overrides=overrides, plugins=plugin_system(), resume=True)
     elif config is None:
         raise ConfigError("give a config to run, or --resume RUN_DIR")
     else:
-        job = build(config, run_dir=run_dir, overrides=overrides, plugins=_system())
+        job = build(config, run_dir=run_dir, overrides=overrides, plugins=plugin_system())
     click.echo(f"run directory: {job.run_dir}", err=True)
     try:
         result = job.start()
@@ -84,7 +68,7 @@ def _print_results(records: list[Any]) -> None:
     if not records:
         return
     last = max(r.step for r in records)
-    console = _console()
+    console = rich_console()
     if not console.is_terminal:
         from .dashboard.lines import eval_line
 
@@ -102,125 +86,6 @@ def _print_results(records: list[Any]) -> None:
     console.print(t)
 
 
-# -- plugins --------------------------------------------------------------------------------------
-
-
-@cli.group()
-def plugins() -> None:
-    """Installed plugins."""
-
-
-@plugins.command("list")
-@click.option("--all", "show_all", is_flag=True, help="Include the core's built-in plugins.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON: a list of plugin objects.")
-def plugins_list(show_all: bool, as_json: bool) -> None:
-    """List plugins: name, package, version, status, components, hooks. Always exits 0."""
-    records = [r for r in _system().plugin_records() if show_all or not r.builtin]
-    if as_json:
-        _print_json([r.as_dict() for r in records])
-        return
-    from rich.table import Table
-    from rich.text import Text
-
-    if not records:
-        click.echo("No plugins installed (use --all to include the built-ins).")
-        return
-    table = Table(title="unstable plugins")
-    for col in ("Name", "Package", "Version", "Status", "Components", "Hooks"):
-        table.add_column(col, overflow="fold")
-    colour = {"active": "green", "disabled": "yellow", "error": "red"}
-    for r in records:
-        status = f"[{colour[r.status]}]{r.status}[/]"
-        comps = Text(", ".join(r.components)) if r.status != "error" else Text(r.error or "", style="red")
-        hooks = ", ".join(h for h in r.hooks if h.startswith("unstable_"))
-        table.add_row(*map(Text, (r.name, r.package, r.version)), status, comps, hooks)
-    _console().print(table)
-
-
-# -- components -----------------------------------------------------------------------------------
-
-
-@cli.group()
-def components() -> None:
-    """Components offered by the loaded plugins."""
-
-
-def _option_rows(spec: Any) -> list[dict[str, Any]]:
-    from pydantic_core import PydanticUndefined
-
-    rows = []
-    for name, f in spec.config.model_fields.items():
-        ann = f.annotation
-        typ = getattr(ann, "__name__", None) or str(ann).replace("typing.", "")
-        default = None if f.default is PydanticUndefined and f.default_factory is None else (
-            f.default_factory() if f.default_factory is not None else f.default
-        )
-        rows.append({"name": name, "type": typ, "default": default, "required": f.is_required(), "description": f.description or ""})
-    return rows
-
-
-@components.command("list")
-@click.option("--kind", default=None, help="Only this kind (env, learner, model_sampler, ...).")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def components_list(kind: str | None, as_json: bool) -> None:
-    """List components: kind, name, summary, plugin."""
-    from .components import KINDS
-
-    if kind is not None and kind not in KINDS:
-        raise UnstableError(f"unknown kind {kind!r}; kinds are: {', '.join(KINDS)}")
-    system = _system()
-    rows = [
-        {"kind": k, "name": n, "summary": spec.summary, "plugin": rec.name, "package": rec.package,
-         **({"stage": spec.stage} if hasattr(spec, "stage") else {})}
-        for (k, n), (spec, rec) in sorted(system.catalog.items(), key=lambda kv: (list(KINDS).index(kv[0][0]), kv[0][1]))
-        if kind is None or k == kind
-    ]
-    if as_json:
-        _print_json(rows)
-        return
-    from rich.table import Table
-    from rich.text import Text
-
-    table = Table(title="unstable components")
-    for col in ("Kind", "Name", "Summary", "Plugin"):
-        table.add_column(col, overflow="fold")
-    for r in rows:  # plugin text is printed as written: "[check]" or "list[str]" is not rich markup
-        summary = r["summary"] + (f" ({r['stage']})" if "stage" in r else "")
-        table.add_row(*map(Text, (r["kind"], r["name"], summary, r["plugin"])))
-    _console().print(table)
-
-
-@components.command("show")
-@click.argument("kind")
-@click.argument("name")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def components_show(kind: str, name: str, as_json: bool) -> None:
-    """Show one component and each of its options (type, default, description)."""
-    system = _system()
-    spec = system.get(kind, name)
-    rec = system.provider_of(kind, name)
-    rows = _option_rows(spec)
-    if as_json:
-        _print_json({"kind": kind, "name": name, "summary": spec.summary, "plugin": rec.name, "package": rec.package,
-                     "version": rec.version, "options": rows})
-        return
-    from rich.table import Table
-    from rich.text import Text
-
-    console = _console()
-    console.print(Text.assemble((f"{kind}:{name}", "bold"), f" - {spec.summary}\nfrom plugin {rec.name} ({rec.package} {rec.version})"))
-    if not rows:
-        console.print("no options")
-        return
-    table = Table()
-    for col in ("Option", "Type", "Default", "Description"):
-        table.add_column(col, overflow="fold")
-    for r in rows:
-        default = "(required)" if r["required"] else repr(r["default"])
-        table.add_row(*map(Text, (r["name"], r["type"], default, r["description"])))
-    console.print(table)
-
-
 # -- config ---------------------------------------------------------------------------------------
 
 
@@ -234,7 +99,7 @@ def config_schema() -> None:
     """Print the JSON Schema of the run config, every plugin's options included."""
     from .config_components import config_json_schema
 
-    _print_json(config_json_schema(_system()))
+    print_json(config_json_schema(plugin_system()))
 
 
 @config_group.command("check")
@@ -246,7 +111,7 @@ def config_check(file: str, overrides: tuple[str, ...]) -> None:
     from .runtime.plan import check_run
 
     cfg = load_config(file, overrides)
-    resolved = check_run(cfg, _system(), file)
+    resolved = check_run(cfg, plugin_system(), file)
     click.echo(f"{file}: ok ({len(resolved)} components: " + ", ".join(f"{k}={s.name}" for k, (s, _) in resolved.items()) + ")")
 
 
@@ -287,30 +152,15 @@ def watch(run_dir: str, refresh_s: float, once: bool, plain: bool) -> None:
         sys.exit(1)
 
 
-# -- envs -----------------------------------------------------------------------------------------
-
-
-@cli.group()
-def envs() -> None:
-    """Environments."""
-
-
-@envs.command("list")
-@click.option("--provider", default="textarena", show_default=True, help="Env provider component.")
-def envs_list(provider: str) -> None:
-    """List environment ids known to work offline here."""
-    from .runtime.plan import build_component
-
-    env = build_component("env", provider, plugins=_system())
-    for env_id in env.known_env_ids():
-        click.echo(env_id)
+for _group in (plugins, components, envs):  # cli_catalog.py
+    cli.add_command(_group)
 
 
 # -- plugin commands --------------------------------------------------------------------------------
 
 
 def _register_plugin_commands() -> None:
-    system = _system()
+    system = plugin_system()
     for impl in system.pm.hook.unstable_register_commands.get_hookimpls():
         try:
             system.call_impl("unstable_register_commands", impl, cli=cli)
