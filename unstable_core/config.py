@@ -10,6 +10,10 @@ The chosen component's options are validated by its own pydantic model (from the
 record), so a typo in a plugin option is a clear error before any work starts. ``--set a.b=c``
 overrides any key (values are parsed as TOML, falling back to a plain string). Nothing from a
 config is executed.
+
+This module holds the config's models and ``validate_config`` / ``load_config``; reading files and
+overrides is in ``config_loading``, checking the chosen components against the installed plugins
+(and the JSON Schema) in ``config_components``.
 """
 
 from __future__ import annotations
