@@ -21,6 +21,10 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from .protocols import (  # the protocols were defined here before protocols.py: still importable from here
+    PROTOCOLS, Buffer, EnvProvider, EnvSampler, Executor, FinalRewardTransform, GameEnv, Inference, Learner,
+    ModelSampler, Rater, Registry, SamplingRewardTransform, StepRewardTransform, Template, Tracker,
+)
 from .types import EnvSpec, ModelRef
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
@@ -189,14 +193,6 @@ KINDS: dict[str, tuple[str, type[ComponentSpec]]] = {
     "tracker": ("unstable_trackers", TrackerSpec),
     "template": ("unstable_templates", TemplateSpec),
 }
-
-
-
-# the protocols were defined in this module before protocols.py: still importable from here
-from .protocols import (  # noqa: E402
-    PROTOCOLS, Buffer, EnvProvider, EnvSampler, Executor, FinalRewardTransform, GameEnv, Inference, Learner,
-    ModelSampler, Rater, Registry, SamplingRewardTransform, StepRewardTransform, Template, Tracker,
-)
 
 __all__ = [
     "NAME_RE", "NoOptions", "BuildContext", "ComponentSpec", "EnvProviderSpec", "EnvSamplerSpec", "ModelSamplerSpec",
