@@ -62,3 +62,24 @@ def test_consecutive_armed_calls_each_start_from_their_own_seed():
             global_random.disarm()
     assert seen[:2] == seen[4:] != seen[2:4]
     assert seen[:2] == [random.Random(3).random(), (r := random.Random(3), r.random(), r.random())[2]]
+
+
+def test_an_env_step_that_raises_leaves_the_module_s_own_functions():
+    import pytest
+
+    from unstable_core.builtin.env_textarena import TextArenaGame
+
+    class Failing:
+        state = None
+
+        def reset(self, num_players, seed):
+            return None
+
+        def step(self, action):
+            raise RuntimeError("env broke")
+
+    game = TextArenaGame(Failing(), invalid_move_allowance=0)
+    game.reset(num_players=2, seed=1)
+    with pytest.raises(RuntimeError, match="env broke"):
+        game.step("[x]")
+    assert all(getattr(random, name) == getattr(GENERATOR, name) for name in NAMES)

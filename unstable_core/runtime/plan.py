@@ -16,11 +16,11 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .. import hookspecs
 from ..components import BuildContext
-from ..protocols import PROTOCOLS
 from ..config import RunConfig
 from ..config_components import resolve_components, validate_options
 from ..config_loading import format_validation_error
 from ..errors import ComponentError, ConfigError, PluginError, UnstableError, describe_error
+from ..protocols import PROTOCOLS
 from ..types import ModelRef
 from .runner import derive_seed
 
