@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import math
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..errors import RunFailed
 from ..types import GameEndContext, GameResult, GameSpec
+from .eager import shielded
 
 LANES_PER_ROLLOUT = 4  # concurrent batches per rollout replica: one finishes while others play
 MAX_FAILURES_IN_A_ROW = 200
@@ -54,7 +54,6 @@ class Collection:
         chunk = max(1, math.ceil(limit / count))
 
         async def lane(rollout: Any) -> None:
-            last_yield = time.monotonic()
             while True:
                 specs = await next_specs(chunk)
                 if not specs:
@@ -62,12 +61,9 @@ class Collection:
                 results = await rollout.play(specs)
                 await self.take_in(results, on_results)
                 del results, specs  # a waiting lane holds no finished game
-                # games whose agents answer at once never suspend: yield every few ms so that
-                # other lanes, the learner and signals get their turn
-                now = time.monotonic()
-                if now - last_yield > 0.002:
-                    last_yield = now
-                    await asyncio.sleep(0)
+                # games whose agents answer at once never suspend: after each batch, the other
+                # lanes, the learner and signals get their turn
+                await asyncio.sleep(0)
 
         async with asyncio.TaskGroup() as group:
             for i in range(count):
@@ -86,7 +82,7 @@ class Collection:
         step that a run snapshot never splits. Shielded: a stop that lands mid-ingest lets it
         finish (a remote role carries out a call its caller stopped waiting for), and the final
         summary waits for it (``settled``), so the driver's counts and the roles' agree."""
-        await asyncio.shield(self._take_in(results, on_results))
+        await shielded(self._take_in(results, on_results))
 
     async def _take_in(self, results: list[GameResult], on_results: Callable[[list[GameResult]], None] | None) -> None:
         async with self.ingest_lock:

@@ -12,13 +12,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import ComponentError, UnstableError
-from ..records import GameRecord, Record, TranscriptRecord, TranscriptTurn
+from ..errors import ComponentError, UnstableError, describe_error
+from ..records import GameRecord, Record, TranscriptRecord
 from ..state import load_into, state_of
 from ..types import GameResult
 from .jsonio import json_line, write_json_atomic
 from .plan import Builder, RunPlan
-from ..errors import describe_error
 from .runner import derive_seed, unit_hash
 from .stats import anchor_seat
 
@@ -107,18 +106,12 @@ class RunOutput:
                 fh = self._transcripts[game.mode] = open(self.run_dir / "games" / f"{game.mode}.jsonl", "a", encoding="utf-8", buffering=1 << 20)
             except OSError as exc:
                 raise UnstableError(f"run directory {self.run_dir}: cannot write games/{game.mode}.jsonl: {exc.strerror or exc}") from None
-        turns = sorted((t for tr in result.trajectories for t in tr.turns), key=lambda t: t.index)
-        record = TranscriptRecord(
-            step=step, time=self.now(), game_idx=game.game_idx, mode=game.mode, env_id=game.env.env_id, seed=game.seed,
-            seats=[{"player_id": i, "uid": r.uid, "version": r.version} for i, r in enumerate(game.seats)],
-            train_seats=game.train_seats, rewards=result.rewards, outcome=result.outcome, error=result.error,
-            turns=[TranscriptTurn(player_id=t.player_id, observation=_clip(t.observation), completion=_clip(t.completion),
-                                  action=_clip(t.action, 200), format_ok=t.format_ok, invalid=t.invalid,
-                                  policy_version=t.policy_version) for t in turns],
-        )
-        fh.write(json_line(record.model_dump(mode="json", exclude={"type", "time"})))  # flushed with each summary and at the end
-        for label, tracker in self.transcript_trackers:
-            self._log(label, tracker, record)
+        line = transcript(result, step)
+        fh.write(json_line(line))  # flushed with each summary and at the end
+        if self.transcript_trackers:
+            record = TranscriptRecord.model_validate({**line, "time": self.now()})
+            for label, tracker in self.transcript_trackers:
+                self._log(label, tracker, record)
 
     def flush(self) -> None:
         for fh in self._transcripts.values():
@@ -156,6 +149,22 @@ class RunOutput:
             except Exception as exc:
                 errors.append(f"{label}: close raised {describe_error(exc)}")
         return errors
+
+
+def transcript(result: GameResult, step: int) -> dict[str, Any]:
+    """A game's transcript as written to ``games/MODE.jsonl``: the fields of ``TranscriptRecord``
+    but ``type`` and ``time``, as plain values (built for one game in ten by default, so without
+    the record's validation)."""
+    game = result.game
+    turns = sorted((t for tr in result.trajectories for t in tr.turns), key=lambda t: t.index)
+    return {
+        "step": step, "game_idx": game.game_idx, "mode": game.mode, "env_id": game.env.env_id, "seed": game.seed,
+        "seats": [{"player_id": i, "uid": r.uid, "version": r.version} for i, r in enumerate(game.seats)],
+        "train_seats": game.train_seats, "rewards": result.rewards, "outcome": result.outcome, "error": result.error,
+        "turns": [{"player_id": t.player_id, "observation": _clip(t.observation), "completion": _clip(t.completion),
+                   "action": _clip(t.action, 200), "format_ok": t.format_ok, "invalid": t.invalid,
+                   "policy_version": t.policy_version} for t in turns],
+    }
 
 
 def game_record(result: GameResult, step: int, time_s: float) -> GameRecord:

@@ -12,22 +12,11 @@ from typing import Any
 
 from ..errors import RunFailed
 from ..types import Checkpoint, GameResult, GameSpec
+from .eager import eager
 from .envcalls import EnvCalls
 from .lockstep import Lockstep
 from .plan import Builder, RunPlan, guarded
 from .runner import GameRunner
-
-
-class _Batch:
-    """One ``play`` call: its results by position, how many are left, and its future."""
-
-    __slots__ = ("results", "left", "done", "cancelled")
-
-    def __init__(self, n: int, done: asyncio.Future[list[GameResult]]) -> None:
-        self.results: list[Any] = [None] * n
-        self.left = n
-        self.done = done
-        self.cancelled = False
 
 
 class Rollout:
@@ -38,10 +27,7 @@ class Rollout:
         self.env_provider = builder.build("env")
         self._templates: dict[str, Any] = {}
         self._backends: dict[str, Any] = {}
-        self._queue: asyncio.Queue[tuple[_Batch, int, GameSpec]] = asyncio.Queue()
-        self._workers: list[asyncio.Future[None]] = []
-        self._idle = 0
-        self._loop: asyncio.AbstractEventLoop | None = None  # the loop the workers run on
+        self._games: set[asyncio.Future[GameResult]] = set()  # games that suspended, until they end
         collection = cfg.collection
         self.env_calls = EnvCalls(collection.env_calls, collection.slow_env_call_ms / 1000)
         self.lockstep = Lockstep() if collection.mode == "sync" else None
@@ -69,48 +55,34 @@ class Rollout:
     async def play(self, specs: list[GameSpec]) -> list[GameResult]:
         """Play the games concurrently; a game that raises fails with its reason, never the batch.
 
-        Games are played by persistent worker coroutines that pull from a queue (one more is
-        started whenever more games wait than workers are idle), so a batch costs no task per
-        game, and a game whose agents answer at once runs to its end without a task switch."""
+        Each game starts at once in the caller's task and runs up to its first wait (an inference
+        call that a batching backend serves, an env call on a thread), so every game of the batch
+        has its first request in before any is answered; only a game that waits goes on in a task
+        of its own, and a game whose agents answer at once runs to its end without one
+        (``eager.py``)."""
         if not specs:
             return []
-        loop = asyncio.get_running_loop()
-        if loop is not self._loop:  # workers and queue belong to one event loop (a second asyncio.run)
-            self._loop, self._queue, self._workers, self._idle = loop, asyncio.Queue(), [], 0
-        batch = _Batch(len(specs), loop.create_future())
         if self.lockstep is not None:
             self.lockstep.expect(len(specs))
-        for i, spec in enumerate(specs):
-            self._queue.put_nowait((batch, i, spec))
-        while self._idle < self._queue.qsize():
-            self._idle += 1
-            self._workers.append(asyncio.ensure_future(self._work()))
+        games = [eager(self._play(spec)) for spec in specs]
+        waiting = [game for game in games if not game.done()]
+        if not waiting:
+            return [game.result() for game in games]
+        self._games.update(waiting)
         try:
-            return await batch.done
+            await asyncio.gather(*waiting)
+            return [game.result() for game in games]
         finally:
-            batch.cancelled = not batch.done.done()  # its queued games are skipped
+            self._games.difference_update(waiting)
+            for game in waiting:  # the batch was cancelled (the run stops) or a game raised: the rest stop too
+                game.cancel()
 
-    async def _work(self) -> None:
-        queue, play = self._queue, self.runner.play
-        while True:
-            batch, i, spec = await queue.get()
-            if batch.cancelled:
-                if self.lockstep is not None:
-                    self.lockstep.leave()
-                continue
-            self._idle -= 1
-            try:
-                batch.results[i] = await play(spec)
-            except Exception as exc:  # the runner fails games, it does not raise: a bug
-                if not batch.done.done():
-                    batch.done.set_exception(exc)
-            finally:
-                self._idle += 1
-                if self.lockstep is not None:
-                    self.lockstep.leave()
-            batch.left -= 1
-            if batch.left == 0 and not batch.done.done():
-                batch.done.set_result(batch.results)
+    async def _play(self, spec: GameSpec) -> GameResult:
+        try:
+            return await self.runner.play(spec)
+        finally:
+            if self.lockstep is not None:
+                self.lockstep.leave()
 
     async def set_policy(self, checkpoint: Checkpoint) -> int:
         """Load a new checkpoint in the trained model's backend; return the version it serves."""
@@ -124,9 +96,9 @@ class Rollout:
         return served
 
     def close(self) -> None:
-        for worker in self._workers:
-            worker.cancel()
-        self._workers.clear()
+        for game in self._games:
+            game.cancel()
+        self._games.clear()
         self.env_calls.close()
         for backend in self._backends.values():
             try:
