@@ -306,3 +306,19 @@ def test_transcripts_are_a_seeded_sample(make_plugin_system, tmp_path):
     assert 60 < len(lines) < 140
     run_loop(make_plugin_system(), cfg, tmp_path / "b")
     assert [g["game_idx"] for g in read_jsonl(tmp_path / "b" / "games" / "tournament.jsonl")] == [g["game_idx"] for g in lines]
+
+
+def test_transcript_lines_are_transcript_records(make_plugin_system, tmp_path):
+    """Transcripts are written from plain values (no record built per game): each line must
+    still be what ``TranscriptRecord`` documents, field for field, turns in play order."""
+    from unstable_core.records import TranscriptRecord
+
+    cfg = tournament_cfg(collection={"tournament_games": 40, "transcripts": 1.0})
+    run_loop(make_plugin_system(), cfg, tmp_path / "a")
+    lines = read_jsonl(tmp_path / "a" / "games" / "tournament.jsonl")
+    assert len(lines) == 40
+    for line in lines:
+        record = TranscriptRecord.model_validate(line)
+        assert record.model_dump(mode="json", exclude={"type", "time"}) == line
+        assert [t["player_id"] for t in line["turns"][:2]] in ([0, 1], [1, 0])
+        assert line["seats"][0].keys() == {"player_id", "uid", "version"}
