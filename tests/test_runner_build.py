@@ -133,6 +133,8 @@ def test_trusted_builds_what_validation_builds():
     assert built.model_fields_set == set(data)
     built.policy_version = 4  # an ordinary, mutable model
     assert built.policy_version == 4 and built.model_dump()["policy_version"] == 4
+    other = _trusted(Completion, dict(data))  # shares the class's set of field names: still every field
+    assert other.model_fields_set == set(data) and other.model_dump(exclude_unset=True) == data
 
 
 def test_outcomes_are_computed_once_and_stay_out_of_dumps_and_equality():
