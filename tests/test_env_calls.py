@@ -151,9 +151,32 @@ def _kuhn_transcript(disturb: bool) -> list[str]:
     return seen
 
 
+def _raw_kuhn_transcript() -> list[str]:
+    """The same game through TextArena's own API, nothing else drawing from ``random``."""
+    import random
+
+    import textarena as ta
+
+    from unstable_core.builtin.inference_scripted import agent_random_valid
+    from unstable_core.builtin.templates import extract_boxed_action
+
+    env = ta.make("KuhnPoker-v0-train")
+    env.reset(num_players=2, seed=7)
+    env.state.error_allowance = 0
+    agent, seen, done = random.Random(3), [], False
+    while not done:
+        _pid, obs = env.get_observation()
+        seen.append(obs)
+        done, _ = env.step(action=extract_boxed_action(agent_random_valid(obs, agent))[0])
+    rewards, info = env.close()
+    seen.append(repr(({int(k): float(v) for k, v in rewards.items()}, {int(k): dict(v) for k, v in info.items()})))
+    return seen
+
+
 def test_a_textarena_games_draws_depend_only_on_its_seed_and_moves():
     # KuhnPoker shuffles its deck from the global random module at every round: without the
-    # wrapper's reseeding the cards of round 2 on depend on what ran between the moves
+    # wrapper's own generator per game the cards of round 2 on depend on what ran between the moves
     alone = _kuhn_transcript(disturb=False)
     assert len(alone) > 6  # several rounds were dealt
     assert _kuhn_transcript(disturb=True) == alone
+    assert _raw_kuhn_transcript() == alone  # the cards TextArena deals that seed in a game played alone

@@ -165,6 +165,10 @@ class InferenceSpec(ComponentSpec):
         True, description="load_checkpoint serves a learner's checkpoints. False (a remote API, scripted agents): the backend "
         "serves fixed models only, and a training run whose model it serves is refused before it starts.",
     )
+    answers_at_once: bool = Field(
+        False, description="generate never waits (scripted agents, a table lookup): a game whose seats are all served by "
+        "such backends is played inline, without a task of its own (about 10 µs a game in a tournament).",
+    )
 
 
 class ExecutorSpec(ComponentSpec):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import difflib
-import threading
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -37,14 +36,6 @@ class TextArenaOptions(BaseModel):
     )
 
 
-#: TextArena's games draw from the global ``random`` module (KuhnPoker shuffles its deck at every
-#: round). Each reset and step starts it from a seed of the game's seed and move count, under this
-#: lock, so a game's draws do not depend on which other games ran between its moves (nor on the
-#: executor, nor on env calls running on threads); the seeding is paid only by calls that draw
-#: (global_random).
-_GLOBAL_RANDOM = threading.Lock()
-
-
 class TextArenaGame:
     """One TextArena environment behind the ``GameEnv`` protocol."""
 
@@ -56,17 +47,20 @@ class TextArenaGame:
         self._game_info: dict[int, Any] = {}
         self._counts_errors = False
         self._flagged: set[int] = set()
-        self._seed = 0
-        self._moves = 0
+        # TextArena's games draw from the global ``random`` module: during this game's env calls
+        # it draws from the game's own generator (global_random), so the game's numbers depend
+        # only on its seed and its moves, not on the games played between them
+        self._random: global_random.GameRandom | None = None
 
     def reset(self, num_players: int, seed: int) -> None:
-        self._seed, self._moves = seed, 0
-        with _GLOBAL_RANDOM:
-            global_random.arm(seed)
-            try:
-                self.env.reset(num_players=num_players, seed=seed)
-            finally:
-                global_random.disarm()
+        if self._random is None:
+            global_random.open_game()
+        self._random = game_random = global_random.GameRandom(seed)
+        game_random.enter()
+        try:
+            self.env.reset(num_players=num_players, seed=seed)
+        finally:
+            game_random.leave()
         # the state object is made by reset; cache it (each lookup walks the wrapper chain)
         self.state = state = getattr(self.env, "state", None)
         if state is not None and hasattr(state, "error_allowance"):
@@ -87,13 +81,12 @@ class TextArenaGame:
         # (TextArena sets game_info[player]["invalid_move"], once)
         state, pid = self.state, self._player
         errors_before = state.error_count if self._counts_errors else 0
-        self._moves += 1
-        with _GLOBAL_RANDOM:
-            global_random.arm(self._seed * 1_000_003 + self._moves)
-            try:
-                done, _info = self.env.step(action=action)
-            finally:
-                global_random.disarm()
+        game_random = self._random
+        game_random.enter()
+        try:
+            done, _info = self.env.step(action=action)
+        finally:
+            game_random.leave()
         if self._counts_errors and state.error_count > errors_before:
             return bool(done), True
         info = self._game_info.get(pid)
@@ -103,6 +96,9 @@ class TextArenaGame:
         return bool(done), False
 
     def close(self) -> tuple[dict[int, float], dict[int, dict[str, Any]]]:
+        if self._random is not None:
+            self._random = None
+            global_random.close_game()
         out = self.env.close()
         rewards, info = out if isinstance(out, tuple) else (out, {})
         rewards = {int(k): float(v) for k, v in (rewards or {}).items()}

@@ -202,5 +202,6 @@ def unstable_inference_backends() -> list[InferenceSpec]:
             factory=lambda options, ctx: ScriptedInference(),
             check_model=check_agent,
             serves_checkpoints=False,
+            answers_at_once=True,
         )
     ]

@@ -4,9 +4,16 @@
 whoever waits for it wakes a turn later still: a few tens of microseconds. A game whose agents
 answer at once (scripted ones) and an ingest into in-process roles never suspend, and several
 hundred of each run a second in a tournament, so that cost was paid for nothing.
-``eager(coro)`` runs ``coro`` in the caller's task until it first suspends, as Python 3.12's
-eager tasks do: a coroutine that finishes at once gives a future that is already done, and one
-that suspends goes on in a task from where it stopped.
+``eager(coro)`` runs ``coro`` in the caller's task until it first suspends: a coroutine that
+finishes at once gives a future that is already done, and one that suspends goes on in a task
+from where it stopped.
+
+Unlike Python 3.12's eager tasks, the first part runs as the caller's task
+(``asyncio.current_task()``), so this is only for coroutines that tie nothing to their task
+before they first suspend: ``asyncio.timeout``, anyio's cancel scopes (httpx, the openai client)
+and task groups do, and would cancel the caller. The rollout uses it for games whose every seat
+is served by a backend that declares it answers at once (``InferenceSpec.answers_at_once``), the
+collection for the ingest, whose waits are the roles' own calls.
 """
 
 from __future__ import annotations

@@ -153,6 +153,11 @@ class Builder:
         options = validate_options(spec, recipe.options, self.plan.source, key)
         return instantiate(self.system, recipe.kind, recipe.name, options, self.context(recipe.seed))
 
+    def spec(self, key: str) -> Any:
+        """The component spec behind recipe ``key``."""
+        recipe = self.plan.recipes[key]
+        return self.system.get(recipe.kind, recipe.name)
+
     def named(self, kind: str, name: str, options: Mapping[str, Any] | None = None) -> Any:
         spec = self.system.get(kind, name)
         opts = validate_options(spec, options or {}, self.plan.source, f"{kind}:{name}")

@@ -27,6 +27,7 @@ class Rollout:
         self.env_provider = builder.build("env")
         self._templates: dict[str, Any] = {}
         self._backends: dict[str, Any] = {}
+        self._at_once: dict[str, bool] = {}  # backend name -> its spec's answers_at_once
         self._games: set[asyncio.Future[GameResult]] = set()  # games that suspended, until they end
         collection = cfg.collection
         self.env_calls = EnvCalls(collection.env_calls, collection.slow_env_call_ms / 1000)
@@ -50,21 +51,27 @@ class Rollout:
         if backend is None:
             key = "inference" if name == self.trained_backend else f"backends.{name}"
             backend = self._backends[name] = self.builder.build(key)
+            self._at_once[name] = self.builder.spec(key).answers_at_once
         return backend
 
     async def play(self, specs: list[GameSpec]) -> list[GameResult]:
         """Play the games concurrently; a game that raises fails with its reason, never the batch.
 
-        Each game starts at once in the caller's task and runs up to its first wait (an inference
-        call that a batching backend serves, an env call on a thread), so every game of the batch
-        has its first request in before any is answered; only a game that waits goes on in a task
-        of its own, and a game whose agents answer at once runs to its end without one
-        (``eager.py``)."""
+        Each game is a task of its own, started in order, so that a batching backend gets every
+        game's first request before it answers any. A game whose seats are all served by backends
+        that answer at once (``InferenceSpec.answers_at_once``: scripted agents) is played inline
+        instead, at once, and needs no task unless it waits for something (an env call on a
+        worker thread, a turn round): ``eager.py``."""
         if not specs:
             return []
         if self.lockstep is not None:
             self.lockstep.expect(len(specs))
-        games = [eager(self._play(spec)) for spec in specs]
+        loop = asyncio.get_running_loop()
+        at_once = self._at_once
+        games = [
+            eager(self._play(spec)) if all(at_once[ref.backend] for ref in spec.seats) else loop.create_task(self._play(spec))
+            for spec in specs
+        ]
         waiting = [game for game in games if not game.done()]
         if not waiting:
             return [game.result() for game in games]

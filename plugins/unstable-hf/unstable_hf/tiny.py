@@ -34,7 +34,7 @@ from .loading import quiet_third_party
 from .warm_start import Targets, supervised_warm_start
 
 #: bumped whenever the build gives another model for the same spec (cached models are rebuilt)
-BUILD_VERSION = 2
+BUILD_VERSION = 3
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
