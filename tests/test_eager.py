@@ -93,3 +93,54 @@ def test_cancelling_the_caller_lets_the_coroutine_finish():
 
     asyncio.run(main())
     assert done == ["started", "finished"]
+
+
+class _TaskBound:
+    """An inference backend whose ``generate`` is tied to the task it runs in (``asyncio.timeout``,
+    as the openai client's cancel scopes are): it records that task."""
+
+    def __init__(self, answers_at_once: bool) -> None:
+        self.answers_at_once = answers_at_once
+
+    @__import__("unstable_core").hookimpl
+    def unstable_inference_backends(self):
+        from unstable_core.builtin.inference_scripted import ScriptedInference
+        from unstable_core.components import InferenceSpec
+
+        tasks = self.tasks = []
+
+        class Backend(ScriptedInference):
+            async def generate(self, request):
+                tasks.append(asyncio.current_task())
+                async with asyncio.timeout(30):
+                    await asyncio.sleep(0)
+                return self.complete(request)
+
+        return [InferenceSpec(name="task-bound", summary="test", factory=lambda o, ctx: Backend(),
+                              serves_checkpoints=False, answers_at_once=self.answers_at_once)]
+
+
+def _tournament(make_plugin_system, tmp_path, plugin):
+    import unstable_core
+
+    cfg = {"name": "t", "train_envs": ["TicTacToe-v0-train"], "model_sampler": {"name": "fixed"},
+           "opponents": [{"uid": "a", "model": "random-valid", "backend": "task-bound"}, "first-valid"],
+           "collection": {"tournament_games": 24, "num_train_games": 8}}
+    return unstable_core.run(cfg, run_dir=tmp_path / "run", plugins=make_plugin_system(plugin))
+
+
+def test_games_of_backends_that_may_wait_each_run_in_a_task_of_their_own(make_plugin_system, tmp_path):
+    plugin = _TaskBound(answers_at_once=False)
+    result = _tournament(make_plugin_system, tmp_path, plugin)
+    assert result.status == "completed" and result.games_played == 24
+    assert len(set(plugin.tasks)) == 24  # one task a game: what the backend ties to its task is its game's
+
+
+def test_scripted_games_are_played_inline(make_plugin_system, tmp_path):
+    """The same backend declared ``answers_at_once`` (which it must not: it waits): each game's
+    first turn runs in the task of the lane that plays it, the rest in a task of the game's own
+    once it waited. 4 lanes (8 games in flight) and 24 games: 28 tasks."""
+    plugin = _TaskBound(answers_at_once=True)
+    result = _tournament(make_plugin_system, tmp_path, plugin)
+    assert result.status == "completed" and result.games_played == 24
+    assert len(set(plugin.tasks)) == 24 + 4
