@@ -149,8 +149,7 @@ class Builder:
 
     def build(self, key: str) -> Any:
         recipe = self.plan.recipes[key]
-        spec = self.system.get(recipe.kind, recipe.name)
-        options = validate_options(spec, recipe.options, self.plan.source, key)
+        options = validate_options(self.spec(key), recipe.options, self.plan.source, key)
         return instantiate(self.system, recipe.kind, recipe.name, options, self.context(recipe.seed))
 
     def spec(self, key: str) -> Any:

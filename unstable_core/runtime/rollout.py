@@ -69,7 +69,7 @@ class Rollout:
         loop = asyncio.get_running_loop()
         at_once = self._at_once
         games = [
-            eager(self._play(spec)) if all(at_once[ref.backend] for ref in spec.seats) else loop.create_task(self._play(spec))
+            eager(self._play(spec)) if all(at_once.get(ref.backend, False) for ref in spec.seats) else loop.create_task(self._play(spec))
             for spec in specs
         ]
         waiting = [game for game in games if not game.done()]
