@@ -246,3 +246,32 @@ def test_after_an_async_kill_the_restored_roles_equal_the_snapshot(tmp_path):
     assert restored["driver"]["step"] == step and restored["driver"]["games_played"] > 0
     league = restored["league"]
     assert league["registry"]["entries"] and any(e["games"] for e in league["registry"]["entries"])
+
+
+def test_fsync_is_paid_where_a_resume_reads_and_nowhere_else(make_plugin_system, tmp_path, monkeypatch):
+    """Snapshots, `state/latest`, the metrics offset they cover and `config.json` are fsynced (a
+    resume reads them); the views written at start and end (plugins.json, registry.json) and a
+    run without snapshots are not."""
+    import os
+
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd):
+        synced.append(os.path.basename(os.readlink(f"/proc/self/fd/{fd}")))
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    system = make_plugin_system(toy_plugin)
+    unstable_core.run(sync_config(4), run_dir=tmp_path / "trained", plugins=system)
+    names = set(synced)
+    assert {"config.json", "metrics.jsonl", "state.json"} <= names
+    assert any(n.startswith(".latest.") for n in names)  # the temp file renamed to state/latest
+    assert not any("registry.json" in n or "plugins.json" in n for n in names)
+    assert (tmp_path / "trained" / "registry.json").exists() and (tmp_path / "trained" / "plugins.json").exists()
+
+    synced.clear()
+    tournament = toy_config(learner=None, model=None, opponents=["random-valid", "first-valid"],
+                            collection={"tournament_games": 20})
+    result = unstable_core.run(tournament, run_dir=tmp_path / "tournament", plugins=system)
+    assert result.games_played == 20 and synced == []

@@ -58,9 +58,7 @@ class JsonlTracker:
             self.last_flush = now
 
     def close(self) -> None:
-        if not self.fh.closed:
-            self.fh.flush()
-            os.fsync(self.fh.fileno())
+        if not self.fh.closed:  # flushed by closing; fsynced only for a snapshot (state_dict), as resume reads it
             self.fh.close()
 
     def state_dict(self) -> dict[str, Any]:

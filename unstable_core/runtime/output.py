@@ -64,8 +64,11 @@ class RunOutput:
         return round(time.monotonic() - self.start, 3)
 
     def write_json(self, name: str, data: Any) -> None:
+        """Write one of the run's JSON files atomically, without an fsync: ``registry.json`` and
+        ``plugins.json`` are views of state a snapshot saves, and ``config.json``, which a resume
+        reads, is made durable by the first snapshot (``snapshots.write_snapshot``)."""
         try:
-            write_json_atomic(self.run_dir / name, data)
+            write_json_atomic(self.run_dir / name, data, durable=False)
         except OSError as exc:
             raise UnstableError(f"run directory {self.run_dir}: cannot write {name}: {exc.strerror or exc}") from None
 

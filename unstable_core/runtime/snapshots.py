@@ -1,7 +1,7 @@
 """Run snapshots: ``RUN_DIR/state/step-N/`` at learner-step boundaries, and reading them back.
 
 A snapshot is written into ``state/.tmp-step-N``, fsynced, renamed to ``state/step-N`` and only
-then named by ``state/latest`` (written atomically, last), so a run killed at any moment leaves
+then named by ``state/latest`` (written atomically, last, after ``config.json`` is fsynced too), so a run killed at any moment leaves
 the previous snapshot as ``latest``. Older snapshots beyond ``keep`` are removed afterwards.
 Torch tensors in the state go to ``tensors.safetensors``, everything else to ``state.json``.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UnstableError
-from .jsonio import write_json_atomic
+from .jsonio import fsync_file, write_json_atomic
 
 TENSOR = "__tensor__"
 #: for tests: SIGKILL this process in the middle of writing the snapshot of this step
@@ -51,14 +51,6 @@ def join_tensors(value: Any, tensors: dict[str, Any]) -> Any:
     return value
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_snapshot(run_dir: str | Path, step: int, state: dict[str, Any], keep: int = 2) -> Path:
     root = Path(run_dir) / "state"
     root.mkdir(exist_ok=True)
@@ -77,11 +69,12 @@ def write_snapshot(run_dir: str | Path, step: int, state: dict[str, Any], keep: 
         if os.environ.get(KILL_IN_SNAPSHOT_ENV) == str(step):
             os.kill(os.getpid(), signal.SIGKILL)
         os.fsync(fh.fileno())
-    _fsync_dir(tmp)
+    fsync_file(tmp)
     if final.exists():  # a snapshot of this step from before a kill: replaced
         shutil.rmtree(final)
     os.rename(tmp, final)
-    _fsync_dir(root)
+    fsync_file(root)
+    fsync_file(Path(run_dir) / "config.json")  # what a resume reads with the snapshot (written without fsync)
     write_json_atomic(root / "latest", {"step": step, "path": final.name})
     for old in sorted(_steps(root))[:-keep] if keep > 0 else []:
         shutil.rmtree(root / f"step-{old}", ignore_errors=True)
