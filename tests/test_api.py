@@ -92,3 +92,45 @@ def test_stop_ends_a_started_run_cleanly(make_plugin_system, tmp_path):
     assert records[-1] == {"type": "end", "status": "interrupted", "games": result.games_played, "error": None,
                            "step": 0, "time": records[-1]["time"]}
     assert records[-2]["type"] == "ratings" and records[-3]["games"] == result.games_played
+
+
+def test_a_run_stopped_while_its_roles_are_built_ends_at_once_and_they_are_shut_down(make_plugin_system, tmp_path):
+    """Building the roles can load models for minutes: a stop (Ctrl-C) then ends the run without
+    waiting for the build, and what the build makes after that is shut down, not left behind."""
+    from unstable_core.builtin.inference_scripted import ScriptedInference
+    from unstable_core.components import InferenceSpec
+
+    building, release, closed = threading.Event(), threading.Event(), threading.Event()
+
+    class Backend(ScriptedInference):
+        def close(self):
+            closed.set()
+
+    class SlowToLoad:
+        @unstable_core.hookimpl
+        def unstable_inference_backends(self):
+            def load(options, ctx):
+                building.set()
+                release.wait(60)  # a model that takes long to load
+                return Backend()
+
+            return [InferenceSpec(name="slow", summary="test", factory=load, serves_checkpoints=False)]
+
+    system = make_plugin_system(SlowToLoad())
+    cfg = {"name": "slow", "train_envs": ["TicTacToe-v0-train"], "model_sampler": {"name": "fixed"},
+           "opponents": [{"uid": "a", "model": "random-valid", "backend": "slow"}, "first-valid"],
+           "collection": {"tournament_games": 10}}
+    job = unstable_core.build(cfg, run_dir=tmp_path / "r", plugins=system)
+    outcome = {}
+    thread = threading.Thread(target=lambda: outcome.update(result=job.start()), daemon=True)
+    try:
+        thread.start()
+        assert building.wait(60)
+        job.stop()
+        thread.join(20)
+        assert not thread.is_alive(), "the stopped run waited for its roles to be built"
+        assert outcome["result"].status == "interrupted" and outcome["result"].games_played == 0
+        assert not closed.is_set()
+    finally:
+        release.set()
+    assert closed.wait(60)  # the build ended after the stop: its rollout was shut down

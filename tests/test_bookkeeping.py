@@ -8,7 +8,7 @@ import pytest
 
 from unstable_core.builtin.trackers import ConsoleOptions, ConsoleTracker
 from unstable_core.records import EvalRecord, SummaryRecord, TrainRecord
-from unstable_core.runtime.jsonio import json_line
+from unstable_core.runtime.jsonio import json_line, write_json_atomic
 from unstable_core.runtime.stats import CollectionStats, anchor_seat
 from unstable_core.runtime.runner import derive_seed, index_seed, unit_hash
 from unstable_core.testing import sample_result
@@ -95,6 +95,22 @@ def test_json_line_is_one_json_object_a_line():
     # lone surrogates (a garbage completion) cannot be UTF-8: escaped, as json.dumps does
     text = "\udcff bad \udc80"
     assert json.loads(json_line({"completion": text}))["completion"] == text
+
+
+def test_run_files_are_indented_json_that_reads_back_whole(tmp_path):
+    data = {"ratings": {"a": float("inf"), "b": -1.5}, 3: ["\udcff lone surrogate", None, True], "order": {"z": 1, "a": 2}}
+    target = tmp_path / "registry.json"
+    write_json_atomic(target, data, durable=False)
+    text = target.read_text()
+    assert text.startswith("{\n  ")  # indented for people
+    back = json.loads(text)
+    assert back["ratings"] == {"a": math.inf, "b": -1.5} and back["3"] == ["\udcff lone surrogate", None, True]
+    assert list(back["order"]) == ["z", "a"]  # keys in the order they were given
+    write_json_atomic(target, {"x": 1})  # replaced whole
+    assert json.loads(target.read_text()) == {"x": 1}
+    with pytest.raises(TypeError):
+        write_json_atomic(target, {"x": object()})
+    assert json.loads(target.read_text()) == {"x": 1} and [p.name for p in tmp_path.iterdir()] == ["registry.json"]
 
 
 def test_console_tracker_prints_whole_plain_lines_off_a_terminal(capsys):

@@ -273,14 +273,19 @@ def test_ctrl_c_stops_cleanly_with_files_flushed(tmp_path):
         'name = "long"\ntrain_envs = ["TicTacToe-v0-train"]\nopponents = ["random-valid", "greedy"]\n'
         '[model_sampler]\nname = "fixed"\n[collection]\ntournament_games = 10000000\n'
     )
+    # SIGINT back at its default in the child: a shell in the background starts children ignoring it
     proc = subprocess.Popen([sys.executable, "-c", "from unstable_core.cli import main; main()", "run", str(cfg), "--run-dir", str(run_dir)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    metrics = run_dir / "metrics.jsonl"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and (not metrics.exists() or metrics.stat().st_size < 10_000):
-        time.sleep(0.05)  # waiting for the run to have started, not for timing
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        metrics = run_dir / "metrics.jsonl"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (not metrics.exists() or metrics.stat().st_size < 10_000):
+            time.sleep(0.05)  # waiting for the run to have started, not for timing
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
     assert proc.returncode == 130, err
     assert "Traceback" not in err and "interrupted" in err
     records = read_jsonl(metrics)  # every line is complete JSON

@@ -119,6 +119,7 @@ class Run:
         from .runtime.plan import Builder
 
         from .runtime.resume import restore
+        from .runtime.roles import start_roles
         from .runtime.snapshots import read_latest
 
         plan, plugins = self.plan, self.plugins
@@ -140,9 +141,7 @@ class Run:
                                 resumed=snapshot is not None, config=c.model_dump(mode="json"), plugins=records)
             if snapshot is None:  # a resumed run's log is cut back to its snapshot first
                 output.log(start)
-            # in a worker thread: building roles may load or build models for minutes, and the
-            # loop must keep handling Ctrl-C meanwhile
-            self.roles = await asyncio.to_thread(executor.start, plan)
+            self.roles = await start_roles(executor, plan)  # in a thread: it may load models for minutes
             driver = Driver(plan, self.roles, output, plugins)
             if snapshot is not None:
                 await restore(driver, *snapshot)

@@ -22,7 +22,7 @@ def write_json_atomic(path: str | os.PathLike[str], data: Any, durable: bool = T
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(json.dumps(data, indent=2, sort_keys=True))  # one write: json.dump writes each piece
+            fh.write(_indented(data))
             if durable:
                 fh.flush()
                 os.fsync(fh.fileno())
@@ -31,6 +31,16 @@ def write_json_atomic(path: str | os.PathLike[str], data: Any, durable: bool = T
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _indented(data: Any) -> str:
+    """Indented JSON, keys in their order, NaN and infinities written as ``json.dumps`` does.
+    pydantic-core's serializer: ``json.dumps`` with ``indent`` runs its pure-Python encoder, 10x
+    slower (0.1 ms a run file); text it cannot encode (lone surrogates) goes through it."""
+    try:
+        return to_json(data, indent=2, inf_nan_mode="constants").decode()
+    except PydanticSerializationError:
+        return json.dumps(data, indent=2)
 
 
 def fsync_file(path: str | os.PathLike[str]) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +32,38 @@ class RoleHandles:
     rollouts: list[Any]
     buffer: Any
     learner: Any | None = None
+
+
+async def start_roles(executor: Any, plan: RunPlan) -> RoleHandles:
+    """``executor.start(plan)`` in a thread of its own: building the roles may load or build
+    models for minutes, and the event loop must handle Ctrl-C meanwhile. A run stopped while its
+    roles are built does not wait for the build (as ``asyncio.to_thread`` would, its thread pool
+    being joined when the loop closes): the thread goes on alone, and shuts down what it built."""
+    built: concurrent.futures.Future[RoleHandles] = concurrent.futures.Future()
+
+    def build() -> None:
+        try:
+            roles = executor.start(plan)
+        except BaseException as exc:
+            try:
+                built.set_exception(exc)
+            except concurrent.futures.InvalidStateError:  # the run stopped meanwhile
+                pass
+            return
+        try:
+            built.set_result(roles)
+        except concurrent.futures.InvalidStateError:  # the run stopped meanwhile: nobody will use them
+            executor.shutdown()
+
+    threading.Thread(target=build, name="unstable-start-roles", daemon=True).start()
+    try:
+        return await asyncio.wrap_future(built)
+    except asyncio.CancelledError:
+        # either the build is still going (cancelled here: the thread shuts down what it builds)
+        # or it has just ended (its roles are shut down here)
+        if not built.cancel() and built.exception() is None:
+            executor.shutdown()
+        raise
 
 
 def first_error(group: BaseExceptionGroup) -> BaseException:
