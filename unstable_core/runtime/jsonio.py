@@ -44,7 +44,8 @@ def _indented(data: Any) -> str:
 
 
 def fsync_file(path: str | os.PathLike[str]) -> None:
-    """Make a file written earlier (without ``durable``) durable now; a missing file is skipped."""
+    """fsync a file written earlier (without ``durable``), or a folder (its entries: a rename in
+    it); a missing one is skipped."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:

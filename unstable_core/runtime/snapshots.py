@@ -1,8 +1,8 @@
 """Run snapshots: ``RUN_DIR/state/step-N/`` at learner-step boundaries, and reading them back.
 
 A snapshot is written into ``state/.tmp-step-N``, fsynced, renamed to ``state/step-N`` and only
-then named by ``state/latest`` (written atomically, last, after ``config.json`` is fsynced too), so a run killed at any moment leaves
-the previous snapshot as ``latest``. Older snapshots beyond ``keep`` are removed afterwards.
+then named by ``state/latest`` (written atomically, last, after ``config.json`` is fsynced too),
+so a run killed at any moment leaves the previous snapshot as ``latest``. Older snapshots beyond ``keep`` are removed afterwards.
 Torch tensors in the state go to ``tensors.safetensors``, everything else to ``state.json``.
 """
 
