@@ -134,3 +134,20 @@ def test_a_run_stopped_while_its_roles_are_built_ends_at_once_and_they_are_shut_
     finally:
         release.set()
     assert closed.wait(60)  # the build ended after the stop: its rollout was shut down
+
+
+def test_a_run_puts_back_the_signal_handlers_it_found(make_plugin_system, tmp_path):
+    import signal
+
+    def mine(signum, frame):
+        pass
+
+    before = signal.signal(signal.SIGTERM, mine)
+    try:
+        sigint = signal.getsignal(signal.SIGINT)
+        result = unstable_core.run(toy_config(training={"learning_steps": 2, "batch_size": 8}), run_dir=tmp_path / "r",
+                                   plugins=make_plugin_system(toy_plugin))
+        assert result.status == "completed"
+        assert signal.getsignal(signal.SIGTERM) is mine and signal.getsignal(signal.SIGINT) is sigint
+    finally:
+        signal.signal(signal.SIGTERM, before)

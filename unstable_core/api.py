@@ -92,11 +92,12 @@ class Run:
 
     async def _main(self) -> RunResult:
         self._loop, self._task = asyncio.get_running_loop(), asyncio.current_task()
-        handled = []
+        previous: dict[int, Any] = {}
         if threading.current_thread() is threading.main_thread():
+            # signal.signal, as asyncio.Runner does for Ctrl-C, rather than loop.add_signal_handler,
+            # which lists every valid signal on each call (0.2 ms) and does not exist on Windows
             for signum in (signal.SIGINT, signal.SIGTERM):
-                self._loop.add_signal_handler(signum, self._on_signal, signum)
-                handled.append(signum)
+                previous[signum] = signal.signal(signum, self._signal_received)
         try:
             return await self.run_async()
         except asyncio.CancelledError:
@@ -104,8 +105,14 @@ class Run:
                 raise RunInterrupted(self._signal) from None
             return self._result
         finally:
-            for signum in handled:
-                self._loop.remove_signal_handler(signum)
+            for signum, handler in previous.items():
+                signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+
+    def _signal_received(self, signum: int, frame: Any) -> None:
+        """Runs in the main thread between two bytecodes, wherever it is: hands the signal to the
+        event loop (waking it if it waits)."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._on_signal, signum)
 
     def _on_signal(self, signum: int) -> None:
         if self._signal is None and self._task is not None:
