@@ -43,9 +43,9 @@ def _indented(data: Any) -> str:
         return json.dumps(data, indent=2)
 
 
-def fsync_file(path: str | os.PathLike[str]) -> None:
-    """fsync a file written earlier (without ``durable``), or a folder (its entries: a rename in
-    it); a missing one is skipped."""
+def fsync_path(path: str | os.PathLike[str]) -> None:
+    """fsync a file written earlier (without ``durable``), or a folder (its entries, e.g. a
+    rename in it); a missing path is skipped."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:

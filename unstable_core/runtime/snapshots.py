@@ -2,7 +2,8 @@
 
 A snapshot is written into ``state/.tmp-step-N``, fsynced, renamed to ``state/step-N`` and only
 then named by ``state/latest`` (written atomically, last, after ``config.json`` is fsynced too),
-so a run killed at any moment leaves the previous snapshot as ``latest``. Older snapshots beyond ``keep`` are removed afterwards.
+so a run killed at any moment leaves the previous snapshot as ``latest``. Older snapshots beyond
+``keep`` are removed afterwards.
 Torch tensors in the state go to ``tensors.safetensors``, everything else to ``state.json``.
 """
 
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UnstableError
-from .jsonio import fsync_file, write_json_atomic
+from .jsonio import fsync_path, write_json_atomic
 
 TENSOR = "__tensor__"
 #: for tests: SIGKILL this process in the middle of writing the snapshot of this step
@@ -69,12 +70,12 @@ def write_snapshot(run_dir: str | Path, step: int, state: dict[str, Any], keep: 
         if os.environ.get(KILL_IN_SNAPSHOT_ENV) == str(step):
             os.kill(os.getpid(), signal.SIGKILL)
         os.fsync(fh.fileno())
-    fsync_file(tmp)
+    fsync_path(tmp)
     if final.exists():  # a snapshot of this step from before a kill: replaced
         shutil.rmtree(final)
     os.rename(tmp, final)
-    fsync_file(root)
-    fsync_file(Path(run_dir) / "config.json")  # what a resume reads with the snapshot (written without fsync)
+    fsync_path(root)
+    fsync_path(Path(run_dir) / "config.json")  # what a resume reads with the snapshot (written without fsync)
     write_json_atomic(root / "latest", {"step": step, "path": final.name})
     for old in sorted(_steps(root))[:-keep] if keep > 0 else []:
         shutil.rmtree(root / f"step-{old}", ignore_errors=True)
