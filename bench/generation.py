@@ -28,7 +28,6 @@ from typing import Any
 
 from bench_args import games_parser, parse
 
-
 MODEL = "tiny:KuhnPoker-v0-train?sft_steps=150"
 ENV_ID = "KuhnPoker-v0-train"
 LORA = {"rank": 16, "alpha": 32}
@@ -79,8 +78,7 @@ def main() -> None:
     parser.add_argument("--vllm-only", action="store_true", help="skip hf (for tuning vLLM's settings; no summary line)")
     args = parse(parser)
 
-    from unstable_core import Checkpoint, ModelRef, load_plugins
-    from unstable_core.runtime.plan import build_component
+    from unstable_core import Checkpoint, ModelRef, build_component, load_plugins
     from unstable_hf.loading import resolve_model_path
     from unstable_vllm.inference import VLLMInference
     from unstable_vllm.options import VLLMInferenceOptions

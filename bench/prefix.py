@@ -157,8 +157,10 @@ def worker(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace, model_kind: str, env: str, noshare: bool) -> dict:
     cmd = [sys.executable, __file__, "--worker", "--model", model_kind, "--env", env,
-           "--steps", str(args.steps), "--runs", str(2 if args.quick and model_kind == "qwen" else args.runs), "--layers", str(args.layers), "--device", args.device,
-           "--budget", str(args.budget), "--layouts", args.layouts, "--mini-batch", str(args.mini_batch), "--prefix-attention", args.prefix_attention, "--dtype", args.dtype]
+           "--steps", str(args.steps), "--runs", str(2 if args.quick and model_kind == "qwen" else args.runs), "--layers", str(args.layers), "--device",
+               args.device,
+           "--budget", str(args.budget), "--layouts", args.layouts, "--mini-batch", str(args.mini_batch), "--prefix-attention", args.prefix_attention,
+               "--dtype", args.dtype]
     cmd += (["--noshare"] if noshare else []) + (["--mini-batch-tokens", str(args.mini_batch_tokens)] if args.mini_batch_tokens else [])
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
@@ -199,7 +201,8 @@ def main() -> None:
           f"prefix_attention {args.prefix_attention}, "
           f"budget {args.budget}, median of {args.runs} runs ({2 if args.quick else args.runs} for qwen); "
           f"qwen = Qwen3-0.6B shape with {args.layers} layers")
-    print(f"{'model':<6} {'batch':<20} {'path':<10}{'seconds':>8} {'peak MiB':>9} {'fwd tokens':>11} {'of':>7} {'chunks':>6} {'speedup':>8} {'grad err':>9}  attention")
+    print(f"{'model':<6} {'batch':<20} {'path':<10}{'seconds':>8} {'peak MiB':>9} {'fwd tokens':>11} {'of':>7} {'chunks':>6} "
+          f"{'speedup':>8} {'grad err':>9}  attention")
     results: dict[tuple[str, str, bool], tuple[float, float]] = {}
     for model_kind, env, noshare in cases:
         label = ("noshare " if noshare else "") + env.split("-")[0]

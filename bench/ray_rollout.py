@@ -56,6 +56,7 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     import ray
+
     from unstable_ray.environment import prepare_local_cluster
 
     prepare_local_cluster()  # the settings the executor gives a local cluster it starts

@@ -20,12 +20,11 @@ import tempfile
 import time
 
 import textarena as ta
+from bench_args import games_parser, parse
 
 import unstable_core
 from unstable_core.builtin.inference_scripted import agent_random_valid
 from unstable_core.builtin.templates import extract_boxed_action
-
-from bench_args import games_parser, parse
 
 TARGET = 0.7
 

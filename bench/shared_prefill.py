@@ -29,8 +29,7 @@ from generation import ENV_ID, LORA, MODEL, play
 def main() -> None:
     args = parse(games_parser(__doc__, games=96, repeat=3, quick=(48, 2)))
 
-    from unstable_core import Checkpoint, GenerationRequest, ModelRef, load_plugins
-    from unstable_core.runtime.plan import build_component
+    from unstable_core import Checkpoint, GenerationRequest, ModelRef, build_component, load_plugins
     from unstable_hf.inference import HFInference, HFInferenceOptions
     from unstable_hf.loading import resolve_model_path
     from unstable_hf.testing import random_lora_adapter

@@ -57,10 +57,10 @@ def section(name: str) -> str:
 
 
 def main() -> None:
-    registration = [h for h, _ in KINDS.values()]
+    registration = [k.hook for k in KINDS.values()]
     lifecycle = [n for n in hookspecs.all_hook_names() if n not in registration and n != "unstable_register_commands"]
     out = [HEADER.rstrip("\n")]
-    out += [f"| `{k}` | `{h}` | `{cls.__name__}` |" for k, (h, cls) in KINDS.items()]
+    out += [f"| `{k}` | `{kind.hook}` | `{kind.spec.__name__}` |" for k, kind in KINDS.items()]
     out += ["", "## Registration hooks", ""] + [section(n) for n in registration]
     out += ["## Lifecycle hooks", ""] + [section(n) for n in lifecycle]
     out += ["## CLI", "", section("unstable_register_commands")]

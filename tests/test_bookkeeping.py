@@ -8,9 +8,9 @@ import pytest
 
 from unstable_core.builtin.trackers import ConsoleOptions, ConsoleTracker
 from unstable_core.records import EvalRecord, SummaryRecord, TrainRecord
-from unstable_core.runtime.jsonio import json_line, write_json_atomic
-from unstable_core.runtime.stats import CollectionStats, anchor_seat
-from unstable_core.runtime.runner import derive_seed, index_seed, unit_hash
+from unstable_core.runtime.driver.stats import CollectionStats, anchor_seat
+from unstable_core.runtime.rundir.jsonio import json_line, write_json_atomic
+from unstable_core.runtime.seeds import derive_seed, index_seed, unit_hash
 from unstable_core.testing import sample_result
 from unstable_core.types import Completion, GameResult, ModelRef, Turn
 
@@ -133,7 +133,7 @@ def test_malformed_component_value_fails_the_game_naming_the_field():
     from unstable_core.builtin.env_textarena import TextArenaOptions, TextArenaProvider
     from unstable_core.builtin.inference_scripted import ScriptedInference
     from unstable_core.builtin.templates import FormatTemplate
-    from unstable_core.runtime.runner import GameRunner
+    from unstable_core.runtime.game.runner import GameRunner
     from unstable_core.types import EnvSpec, GameSpec
 
     class UnsureTemplate(FormatTemplate):

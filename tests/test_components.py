@@ -6,11 +6,20 @@ from collections import Counter
 import pytest
 
 from unstable_core.builtin import buffers, samplers
-from unstable_core.runtime.registry import ModelRegistry
-from unstable_core.runtime.rewards import RewardPipelines
+from unstable_core.runtime.roles.registry import ModelRegistry
+from unstable_core.runtime.roles.rewards import RewardPipelines
 from unstable_core.testing import (
-    BufferContract, EnvProviderContract, InferenceContract, ModelSamplerContract, RaterContract,
-    RewardTransformContract, TemplateContract, TrackerContract, EnvSamplerContract, LearnerContract, sample_result,
+    BufferContract,
+    EnvProviderContract,
+    EnvSamplerContract,
+    InferenceContract,
+    LearnerContract,
+    ModelSamplerContract,
+    RaterContract,
+    RewardTransformContract,
+    TemplateContract,
+    TrackerContract,
+    sample_result,
     toy_plugin,
 )
 from unstable_core.types import Checkpoint, EnvSpec, ModelRef
@@ -128,7 +137,7 @@ def test_random_sampler_mixes_fixed_and_checkpoints():
 def test_step_buffer_evicts_and_draws_without_replacement():
     rp = RewardPipelines(final=[lambda r, e: {k: v * 10 for k, v in r.items()}])
     b = buffers.StepBuffer(buffers.BufferOptions(capacity=6), random.Random(0))
-    for i in range(5):
+    for _ in range(5):
         assert b.add(rp.episodes(sample_result(train_seats=[0, 1]))) == 2
     assert b.size() == 6 and b.evicted == 4
     steps = b.draw(4)
@@ -178,7 +187,7 @@ def test_the_core_applies_final_step_and_sampling_transforms_around_any_buffer(m
 
     import unstable_core
     from unstable_core import BufferSpec, hookimpl
-    from unstable_core.runtime.roles import build_role
+    from unstable_core.runtime.roles.start import build_role
     from unstable_core.testing import toy_config, toy_plugin
 
     class Plugin:
@@ -197,6 +206,27 @@ def test_the_core_applies_final_step_and_sampling_transforms_around_any_buffer(m
     assert sorted(s.reward for s in role.buffer.steps) == [-0.5, 1.5]  # step: +0.5 for a valid move
     batch = asyncio.run(role.draw(2, learner_version=3))
     assert batch.learner_version == 3 and sorted(round(s.reward, 6) for s in batch.steps) == [-1.0, 1.0]  # sampling
+
+
+def test_the_buffer_role_drops_the_steps_the_learner_declares_useless(make_plugin_system, tmp_path):
+    """``LearnerSpec.drop_zero_advantage`` (or ``training.filter_zero_advantage``) is applied by
+    the buffer role's draw: zero-reward steps leave the batch, counted in ``Batch.dropped``."""
+    import asyncio
+
+    import unstable_core
+    from unstable_core.executors import build_role
+    from unstable_core.testing import toy_config, toy_plugin
+
+    system = make_plugin_system(toy_plugin)
+    games = [sample_result(rewards={0: 0.0, 1: 0.0}, train_seats=[0, 1]), sample_result(rewards={0: 1.0, 1: -1.0}, train_seats=[0, 1])]
+    drawn = {}
+    for choice in (True, False):
+        cfg = toy_config(buffer={"name": "episode", "capacity": 16}, training={"filter_zero_advantage": choice})
+        role = build_role("buffer", unstable_core.build(cfg, run_dir=tmp_path / str(choice), plugins=system).plan, system)
+        assert asyncio.run(role.add(games)) == 4
+        drawn[choice] = asyncio.run(role.draw(4, learner_version=0))
+    assert drawn[True].dropped == 2 and sorted(s.reward for s in drawn[True].steps) == [-1.0, 1.0]
+    assert drawn[False].dropped == 0 and sorted(s.reward for s in drawn[False].steps) == [-1.0, 0.0, 0.0, 1.0]
 
 
 def test_registry_counts_pairs_and_snapshot(tmp_path):

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from unstable_core.config import load_config, validate_config
-from unstable_core.config_components import resolve_components
+from unstable_core.config_check import resolve_components
 from unstable_core.config_loading import apply_overrides
 from unstable_core.errors import ConfigError
 
@@ -34,7 +34,8 @@ def test_loads_and_defaults(tmp_path):
 
 
 def test_overrides_parse_toml_values_and_index_lists(tmp_path):
-    cfg = load_config(write(tmp_path, GOOD), ["collection.tournament_games=7", "train_envs.0=KuhnPoker-v0", "name=hello world", "model_sampler.exclude_anchor=false"])
+    cfg = load_config(write(tmp_path, GOOD), ["collection.tournament_games=7", "train_envs.0=KuhnPoker-v0", "name=hello world",
+        "model_sampler.exclude_anchor=false"])
     assert cfg.collection.tournament_games == 7
     assert cfg.train_envs[0].env_id == "KuhnPoker-v0"
     assert cfg.name == "hello world"
@@ -119,9 +120,10 @@ def test_schema_includes_plugin_options(cli):
     finals = {v["title"] for v in schema["properties"]["reward"]["properties"]["final"]["items"]["oneOf"]}
     assert "reward_transform:role-advantage" in finals and "reward_transform:normalize" not in finals
     # the schema validates a real example
-    import jsonschema
     import tomllib
     from pathlib import Path
+
+    import jsonschema
 
     data = tomllib.loads(Path("examples/tournament.toml").read_text())
     jsonschema.validate(data, schema)
@@ -147,8 +149,8 @@ def test_a_component_checks_its_options_against_the_rest_of_the_run(tmp_path, ma
     """``check_run(options, components)``: a component sees every chosen component's options; a
     ValueError is the problem's own message, under the component's key."""
     from unstable_core import BufferSpec, hookimpl
-    from unstable_core.builtin.buffers import BufferOptions, StepBuffer, _factory
-    from unstable_core.runtime.plan import check_run
+    from unstable_core.builtin.buffers import BufferOptions, StepBuffer, buffer_factory
+    from unstable_core.config_check import check_run
 
     seen = {}
 
@@ -160,7 +162,7 @@ def test_a_component_checks_its_options_against_the_rest_of_the_run(tmp_path, ma
     class Picky:
         @hookimpl
         def unstable_buffers(self):
-            return [BufferSpec(name="picky", summary="Picky", config=BufferOptions, factory=_factory(StepBuffer), check_run=check)]
+            return [BufferSpec(name="picky", summary="Picky", config=BufferOptions, factory=buffer_factory(StepBuffer), check_run=check)]
 
     system = make_plugin_system(Picky())
     cfg = load_config(write(tmp_path, GOOD + '\n[buffer]\nname = "picky"\ncapacity = 5\n'))
@@ -174,7 +176,7 @@ def test_a_component_checks_its_options_against_the_rest_of_the_run(tmp_path, ma
 def test_a_trained_model_needs_a_backend_that_loads_checkpoints(make_plugin_system):
     """A backend with ``serves_checkpoints = False`` (scripted agents, a remote API) may serve
     opponents, not the model a learner trains: refused before the run, naming the backend."""
-    from unstable_core.runtime.plan import check_run
+    from unstable_core.config_check import check_run
     from unstable_core.testing import toy_config, toy_plugin
 
     system = make_plugin_system(toy_plugin)

@@ -80,7 +80,7 @@ def test_recorded_run_renders_what_it_holds_within_the_width(width):
         if len(cells) == 2 + len(top) and cells[:2] == [str(top.index(cells[1]) + 1) if cells[1] in top else "", cells[1]]:
             heat[cells[1]] = cells[2:]
     assert list(heat) == top
-    for i, x in enumerate(top):
+    for x in top:
         for j, y in enumerate(top):
             expected = "·" if x == y else str(pairs.get((x, y), pairs.get((y, x), 0)))
             assert heat[x][j] == expected, (x, y)

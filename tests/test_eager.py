@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from unstable_core.runtime.eager import eager, shielded
+from unstable_core.runtime.game.eager import shielded
 
 
 def test_a_coroutine_that_never_suspends_runs_in_the_callers_task():

@@ -10,8 +10,8 @@ import pytest
 import unstable_core
 from unstable_core import EnvSpec, GameSpec, ModelRef
 from unstable_core.builtin.inference_scripted import ScriptedInference
-from unstable_core.runtime.envcalls import EnvCalls
-from unstable_core.runtime.runner import GameRunner
+from unstable_core.runtime.game.envcalls import EnvCalls
+from unstable_core.runtime.game.runner import GameRunner
 from unstable_core.testing import PickBestGame, ToyProvider
 
 

@@ -9,8 +9,17 @@ import pytest
 
 import unstable_core
 from unstable_core import (
-    ComponentError, ConfigError, EnvSamplerSpec, EnvSpec, LearnerSpec, ModelSamplerSpec, PluginError, RunFailed,
-    TrackerSpec, UnstableError, hookimpl,
+    ComponentError,
+    ConfigError,
+    EnvSamplerSpec,
+    EnvSpec,
+    LearnerSpec,
+    ModelSamplerSpec,
+    PluginError,
+    RunFailed,
+    TrackerSpec,
+    UnstableError,
+    hookimpl,
 )
 from unstable_core.testing import TabularLearner, TabularOptions, toy_config, toy_plugin
 
@@ -212,7 +221,7 @@ def test_uids_that_look_like_count_names_keep_pair_counts_right(make_plugin_syst
 
 def test_a_huge_action_is_cut_before_the_env_sees_it():
     from unstable_core import Completion, EnvSpec, GameSpec, ModelRef
-    from unstable_core.runtime.runner import GameRunner
+    from unstable_core.runtime.game.runner import GameRunner
     from unstable_core.testing import PickBestGame, ToyProvider
 
     seen = []

@@ -45,7 +45,7 @@ def test_every_hook_spec_is_called(make_plugin_system, tmp_path):
         def make(name=name, params=params):
             def impl(**kwargs):
                 called.add(name)
-                return [] if name in {h for h, _ in KINDS.values()} else None
+                return [] if name in {k.hook for k in KINDS.values()} else None
             impl.__name__ = name
             # pluggy reads argument names from the signature
             sig = inspect.Signature([inspect.Parameter(p, inspect.Parameter.POSITIONAL_OR_KEYWORD) for p in params])

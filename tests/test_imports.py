@@ -20,7 +20,7 @@ if args:
 else:
     import unstable_core
 print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in %r)))
-""" % (HEAVY,)
+""".replace("%r", repr(HEAVY))
 
 
 def heavy_modules(*args):

@@ -3,7 +3,7 @@ in key order whatever order they arrived in, and a game that ends releases the o
 
 import asyncio
 
-from unstable_core.runtime.lockstep import Lockstep
+from unstable_core.runtime.game.lockstep import Lockstep
 
 
 def test_a_round_waits_for_every_game_and_releases_in_key_order():

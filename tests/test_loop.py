@@ -203,9 +203,9 @@ def test_backpressure_pauses_and_resumes_collection(make_plugin_system, tmp_path
     import asyncio
 
     from unstable_core.builtin.executor_local import LocalExecutor
-    from unstable_core.runtime.driver import Driver
-    from unstable_core.runtime.output import RunOutput, prepare_run_dir
-
+    from unstable_core.runtime.driver.driver import Driver
+    from unstable_core.runtime.driver.state import RunContext
+    from unstable_core.runtime.rundir.output import RunOutput, prepare_run_dir
     from unstable_core.testing import toy_plugin
 
     system = make_plugin_system(toy_plugin)
@@ -213,7 +213,7 @@ def test_backpressure_pauses_and_resumes_collection(make_plugin_system, tmp_path
     plan = unstable_core.build(cfg, run_dir=tmp_path / "r", plugins=system).plan
     prepare_run_dir(plan.run_dir)
     roles = LocalExecutor(system).start(plan)
-    driver = Driver(plan, roles, RunOutput(plan, system), system)
+    run = RunContext(cfg=plan.config, run_dir=plan.run_dir, roles=roles, out=RunOutput(plan, system), system=system)
     league, buffer = roles.league, roles.buffer
 
     async def turns(n):  # let the event loop run n scheduling rounds (no wall-clock sleeping)
@@ -221,8 +221,8 @@ def test_backpressure_pauses_and_resumes_collection(make_plugin_system, tmp_path
             await asyncio.sleep(0)
 
     async def scenario():
-        driver.capacity = await buffer.capacity()
-        task = asyncio.ensure_future(driver.lanes(4, driver.next_train_specs))
+        collector = Driver(run, await buffer.capacity()).collector
+        task = asyncio.ensure_future(collector.lanes(4, collector.next_train_specs))
         await turns(500)
         assert await buffer.size() >= 20
         started = league.game_idx
@@ -231,11 +231,11 @@ def test_backpressure_pauses_and_resumes_collection(make_plugin_system, tmp_path
         assert buffer.buffer.evicted <= 4 * 2  # at most the games already in flight overflow
         evicted = buffer.buffer.evicted
         await buffer.draw(20, 0)
-        driver.drained.set()
+        collector.drained.set()
         await turns(50)
         assert league.game_idx > started, "collection did not resume after the buffer drained"
-        driver.stopping = True
-        driver.drained.set()
+        collector.stopping = True
+        collector.drained.set()
         await task
         assert buffer.buffer.evicted - evicted <= 4 * 2  # again at most one round in flight
 

@@ -1,5 +1,6 @@
 """First-party and contrib plugins use only the public API of unstable_core: no import of
-``unstable_core.builtin`` or ``unstable_core.runtime``, and no ``_``-name from anywhere in it."""
+``unstable_core.builtin`` or ``unstable_core.runtime``, and no ``_``-name from anywhere in it.
+Nowhere in the tree does a module import another module's ``_``-name."""
 
 import ast
 from pathlib import Path
@@ -9,6 +10,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PRIVATE_PACKAGES = ("unstable_core.builtin", "unstable_core.runtime")
 PLUGIN_FILES = sorted(p for folder in ("plugins", "contrib") for p in (ROOT / folder).rglob("*.py"))
+TREE_FILES = sorted(p for p in ROOT.rglob("*.py") if not {".git", "build", ".venv", "venv"} & set(p.relative_to(ROOT).parts))
+DUNDERS = {"__version__", "__future__", "__all__"}
 
 
 def violations(source: str) -> list[str]:
@@ -31,6 +34,56 @@ def violations(source: str) -> list[str]:
     return found
 
 
+def private_imports(source: str) -> list[str]:
+    """Every ``from module import _name``, ``import module._name`` and ``alias._name`` where
+    ``alias`` is an imported module of this project: a private name used outside the module that
+    holds it. (The standard library's documented ``os._exit`` and the like are not ours.)"""
+    found = []
+    modules: set[str] = set()
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if not alias.name.startswith("unstable"):
+                    continue
+                modules.add((alias.asname or alias.name).split(".")[0])
+                if any(p.startswith("_") and p not in DUNDERS for p in alias.name.split(".")):
+                    found.append(f"line {node.lineno}: import {alias.name}")
+        elif isinstance(node, ast.ImportFrom):
+            module = "." * node.level + (node.module or "")
+            if not (node.level or module.startswith("unstable")):
+                continue
+            if any(p.startswith("_") and p not in DUNDERS for p in (node.module or "").split(".")):
+                found.append(f"line {node.lineno}: from {module}")
+            for alias in node.names:
+                if alias.name.startswith("_") and alias.name not in DUNDERS:
+                    found.append(f"line {node.lineno}: from {module} import {alias.name}")
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules
+                and node.attr.startswith("_") and not node.attr.startswith("__")):
+            found.append(f"line {node.lineno}: {node.value.id}.{node.attr}")
+    return found
+
+
+@pytest.mark.parametrize("path", TREE_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_module_imports_another_modules_private_name(path):
+    assert private_imports(path.read_text()) == [], f"{path.relative_to(ROOT)} uses another module's private name"
+
+
+def test_the_private_import_check_sees_each_form():
+    code = (
+        "from unstable_core.basemodel import _unpickle\n"
+        "from .contracts import _Contract\n"
+        "import unstable_hf._private\n"
+        "import unstable_core\nx = unstable_core._LAZY\n"
+        "from __future__ import annotations\n"
+        "from unstable_core import __version__, build_component\n"
+        "from unstable_core.basemodel import trusted\n"
+        "y = self._cache\n"
+    )
+    assert [v.split(":")[0] for v in private_imports(code)] == ["line 1", "line 2", "line 3", "line 5"]
+
+
 @pytest.mark.parametrize("path", PLUGIN_FILES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_plugin_code_uses_only_the_public_api(path):
     assert violations(path.read_text()) == [], f"{path.relative_to(ROOT)} reaches into unstable_core's internals"
@@ -40,7 +93,7 @@ def test_the_check_sees_each_kind_of_private_import():
     code = (
         "from unstable_core.builtin.templates import TEMPLATES\n"
         "import unstable_core.runtime.registry\n"
-        "from unstable_core.types import _trusted\n"
+        "from unstable_core.basemodel import _unpickle\n"
         "from unstable_core.testing import _ToyPlugin\n"
         "import unstable_core\nx = unstable_core._LAZY\n"
         "from unstable_core import EnvSpec, build_component\n"
@@ -53,9 +106,12 @@ def test_every_public_name_resolves_and_is_documented():
     import unstable_core
 
     api_doc = (ROOT / "docs" / "api.md").read_text()
-    for name in unstable_core.__all__:
-        assert getattr(unstable_core, name) is not None
-        assert f"`{name}`" in api_doc or f"`{name}(" in api_doc, f"docs/api.md does not mention the public name {name}"
+    import unstable_core.executors
+
+    for module in (unstable_core, unstable_core.executors):
+        for name in module.__all__:
+            assert getattr(module, name) is not None
+            assert f"`{name}`" in api_doc or f"`{name}(" in api_doc, f"docs/api.md does not mention the public name {name}"
 
 
 CONTRIB_ALGORITHM = ROOT / "contrib" / "unstable-kl-reinforce"

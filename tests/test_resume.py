@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 import unstable_core
-from unstable_core.runtime.snapshots import KILL_IN_SNAPSHOT_ENV, read_latest
+from unstable_core.runtime.rundir.store import KILL_IN_SNAPSHOT_ENV, read_latest
 from unstable_core.testing import comparable_metrics, kill_after, restored_state, start_run, toy_config, toy_plugin
-from unstable_core.testing.resume import VARYING_FIELDS
 from unstable_core.testing import run_with_kills as harness_run_with_kills
+from unstable_core.testing.resume import VARYING_FIELDS
 
 
 def sync_config(steps: int = 20, **collection):
@@ -198,11 +198,11 @@ def test_cli_resume_errors_are_one_line_with_exit_status_2(cli, tmp_path):
 def test_builtin_stateful_components_round_trip():
     import random as random_module
 
-    from unstable_core.builtin.transforms import RoleAdvantage, RoleAdvantageOptions
-    from unstable_core.runtime.registry import ModelRegistry
-    from unstable_core.testing import TabularLearner, TabularOptions, check_state_round_trip, sample_result
     from unstable_core import Batch, ModelRef
-    from unstable_core.runtime.rewards import RewardPipelines
+    from unstable_core.builtin.transforms import RoleAdvantage, RoleAdvantageOptions
+    from unstable_core.runtime.roles.registry import ModelRegistry
+    from unstable_core.runtime.roles.rewards import RewardPipelines
+    from unstable_core.testing import TabularLearner, TabularOptions, check_state_round_trip, sample_result
 
     def advantage(t):
         return [t({0: 1.0, 1: -1.0}, "TicTacToe-v0"), t({0: 0.0, 1: 0.0}, "KuhnPoker-v0")]

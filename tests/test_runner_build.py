@@ -1,5 +1,5 @@
 """The game runner builds its objects without validating again where every value already has its
-field's exact type (``types._trusted``); these tests check that what it builds equals what
+field's exact type (``basemodel.trusted``); these tests check that what it builds equals what
 validation would build, and that any other value still goes through validation."""
 
 from __future__ import annotations
@@ -8,10 +8,11 @@ import asyncio
 
 import pytest
 
+from unstable_core.basemodel import trusted
 from unstable_core.builtin.env_textarena import TextArenaOptions, TextArenaProvider
 from unstable_core.builtin.inference_scripted import ScriptedInference
 from unstable_core.builtin.templates import FormatTemplate
-from unstable_core.runtime.runner import GameRunner
+from unstable_core.runtime.game.runner import GameRunner
 from unstable_core.testing import sample_result
 from unstable_core.types import (
     Completion,
@@ -22,7 +23,6 @@ from unstable_core.types import (
     ModelRef,
     PlayerTrajectory,
     Turn,
-    _trusted,
 )
 
 
@@ -128,12 +128,12 @@ def test_a_pickled_result_loads_as_an_equal_model_with_the_same_fields_set():
 def test_trusted_builds_what_validation_builds():
     data = {"text": "\\boxed{[3]}", "prompt_token_ids": [1, 2], "completion_token_ids": [3], "logprobs": [-0.5], "policy_version": 2,
             "trainable": True, "truncated": False}
-    built = _trusted(Completion, dict(data))
+    built = trusted(Completion, dict(data))
     assert built == Completion(**data) and built.model_dump() == data
     assert built.model_fields_set == set(data)
     built.policy_version = 4  # an ordinary, mutable model
     assert built.policy_version == 4 and built.model_dump()["policy_version"] == 4
-    other = _trusted(Completion, dict(data))  # shares the class's set of field names: still every field
+    other = trusted(Completion, dict(data))  # shares the class's set of field names: still every field
     assert other.model_fields_set == set(data) and other.model_dump(exclude_unset=True) == data
 
 
@@ -147,7 +147,7 @@ def test_outcomes_are_computed_once_and_stay_out_of_dumps_and_equality():
 
 def _league(cfg, plugins, run_dir):
     import unstable_core
-    from unstable_core.runtime.roles import build_role
+    from unstable_core.executors import build_role
 
     return build_role("league", unstable_core.build(cfg, run_dir=run_dir, plugins=plugins).plan, plugins)
 
@@ -156,14 +156,14 @@ def test_scheduled_specs_equal_their_validated_copies(tmp_path, make_plugin_syst
     import asyncio
 
     from unstable_core.plugins import load_plugins
-    from unstable_core.testing.toy import _ToyPlugin, toy_config
+    from unstable_core.testing.toy import ToyPlugin, toy_config
 
     tournament = {
         "name": "t", "train_envs": ["TicTacToe-v0-train"], "opponents": ["greedy", "random-valid"],
         "model_sampler": {"name": "fixed"}, "trackers": [{"name": "jsonl"}],
     }
     specs = asyncio.run(_league(tournament, load_plugins(), tmp_path / "t").schedule(3, "tournament"))
-    specs += asyncio.run(_league(toy_config(), make_plugin_system(_ToyPlugin()), tmp_path / "r").schedule(3, "train"))
+    specs += asyncio.run(_league(toy_config(), make_plugin_system(ToyPlugin()), tmp_path / "r").schedule(3, "train"))
     assert {s.mode for s in specs} == {"tournament", "train"}
     for spec in specs:
         assert type(spec) is GameSpec
@@ -191,7 +191,7 @@ def test_a_rollout_role_plays_on_whichever_event_loop_calls_it(tmp_path):
     import asyncio
 
     import unstable_core
-    from unstable_core import build_role
+    from unstable_core.executors import build_role
 
     job = unstable_core.build({"name": "t", "train_envs": ["TicTacToe-v0-train"], "opponents": ["greedy", "random-valid"],
                                "model_sampler": {"name": "fixed"}}, run_dir=tmp_path / "t")

@@ -5,9 +5,20 @@ import math
 import pytest
 
 from unstable_core.builtin.transforms import (
-    InvalidMoveOptions, Normalize, NormalizeOptions, PenaltyForInvalidMove, PenaltyForTruncation, RewardForFormat,
-    RewardForFormatOptions, RoleAdvantage, RoleAdvantageOptions, ScaleNegative, ScaleNegativeOptions, TruncationOptions,
-    win_draw_loss, zscore,
+    InvalidMoveOptions,
+    Normalize,
+    NormalizeOptions,
+    PenaltyForInvalidMove,
+    PenaltyForTruncation,
+    RewardForFormat,
+    RewardForFormatOptions,
+    RoleAdvantage,
+    RoleAdvantageOptions,
+    ScaleNegative,
+    ScaleNegativeOptions,
+    TruncationOptions,
+    win_draw_loss,
+    zscore,
 )
 from unstable_core.types import Step, Turn
 
@@ -121,7 +132,7 @@ def test_std_plus_eps_denominator():
 def test_a_seat_with_an_untrainable_turn_gives_the_buffer_nothing():
     """A completion without token ids (a hosted API's) is marked ``trainable = False``: the
     learner never trains on that seat's turns, while the other trained seats still count."""
-    from unstable_core.runtime.rewards import RewardPipelines
+    from unstable_core.runtime.roles.rewards import RewardPipelines
     from unstable_core.testing import sample_result
 
     result = sample_result(train_seats=[0, 1])

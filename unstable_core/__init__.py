@@ -46,11 +46,11 @@ _LAZY = {
         "ResumeRecord", "StartRecord", "EndRecord", "PairCount", "TranscriptRecord", "TranscriptTurn",
     )},
     **{n: "state" for n in ("Stateful", "rng_state", "set_rng_state")},
-    # running: the Python API, plans and roles for executors
-    **{n: "api" for n in ("run", "build", "Run", "RunResult")},
-    **{n: "runtime.plan" for n in ("build_component", "RunPlan", "Recipe")},
-    **{n: "runtime.roles" for n in ("RoleHandles", "build_role")},
-    **{n: "runtime.registry" for n in ("ModelRegistry", "ModelEntry", "checkpoint_ref")},
+    # running: the Python API (an executor's names are in unstable_core.executors)
+    **{n: "api" for n in ("run", "build", "Run")},
+    "RunResult": "result",
+    "build_component": "runtime.building",
+    **{n: "runtime.roles.registry" for n in ("ModelRegistry", "ModelEntry", "checkpoint_ref")},
     **{n: "builtin.inference_scripted" for n in ("valid_moves",)},
 }
 

@@ -97,7 +97,7 @@ def config_group() -> None:
 @config_group.command("schema")
 def config_schema() -> None:
     """Print the JSON Schema of the run config, every plugin's options included."""
-    from .config_components import config_json_schema
+    from .config_schema import config_json_schema
 
     print_json(config_json_schema(plugin_system()))
 
@@ -108,7 +108,7 @@ def config_schema() -> None:
 def config_check(file: str, overrides: tuple[str, ...]) -> None:
     """Validate a config and every chosen component's options; exit 2 on any problem."""
     from .config import load_config
-    from .runtime.plan import check_run
+    from .config_check import check_run
 
     cfg = load_config(file, overrides)
     resolved = check_run(cfg, plugin_system(), file)

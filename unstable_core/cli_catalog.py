@@ -159,7 +159,7 @@ def envs() -> None:
 @click.option("--provider", default="textarena", show_default=True, help="Env provider component.")
 def envs_list(provider: str) -> None:
     """List environment ids known to work offline here."""
-    from .runtime.plan import build_component
+    from .runtime.building import build_component
 
     env = build_component("env", provider, plugins=plugin_system())
     for env_id in env.known_env_ids():

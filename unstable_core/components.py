@@ -17,14 +17,12 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .protocols import (  # the protocols were defined here before protocols.py: still importable from here
-    PROTOCOLS, Buffer, EnvProvider, EnvSampler, Executor, FinalRewardTransform, GameEnv, Inference, Learner,
-    ModelSampler, Rater, Registry, SamplingRewardTransform, StepRewardTransform, Template, Tracker,
-)
+from .protocols import Buffer, EnvProvider, EnvSampler, Executor, Inference, Learner, ModelSampler, Rater, Template, Tracker
 from .types import EnvSpec, ModelRef
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
@@ -167,7 +165,7 @@ class InferenceSpec(ComponentSpec):
     )
     answers_at_once: bool = Field(
         False, description="generate never waits (scripted agents, a table lookup): a game whose seats are all served by "
-        "such backends is played inline, without a task of its own (about 10 µs a game in a tournament).",
+        "such backends is played inline, without a task of its own.",
     )
 
 
@@ -183,25 +181,35 @@ class TemplateSpec(ComponentSpec):
     kind: ClassVar[str] = "template"
 
 
-#: kind -> (registration hook name, record class)
-KINDS: dict[str, tuple[str, type[ComponentSpec]]] = {
-    "env": ("unstable_envs", EnvProviderSpec),
-    "env_sampler": ("unstable_env_samplers", EnvSamplerSpec),
-    "model_sampler": ("unstable_model_samplers", ModelSamplerSpec),
-    "rater": ("unstable_raters", RaterSpec),
-    "reward_transform": ("unstable_reward_transforms", RewardTransformSpec),
-    "buffer": ("unstable_buffers", BufferSpec),
-    "learner": ("unstable_learners", LearnerSpec),
-    "inference": ("unstable_inference_backends", InferenceSpec),
-    "executor": ("unstable_executors", ExecutorSpec),
-    "tracker": ("unstable_trackers", TrackerSpec),
-    "template": ("unstable_templates", TemplateSpec),
+@dataclass(frozen=True)
+class Kind:
+    """One component kind: the hook that registers it, its record class, the protocol a
+    factory's product is checked against (None: a reward transform is a plain callable), and
+    whether a run config picks exactly one of it in a section named after the kind."""
+
+    hook: str
+    spec: type[ComponentSpec]
+    protocol: type | None
+    config_section: bool
+
+
+#: every component kind, in the order the catalog and `unstable components list` show them
+KINDS: dict[str, Kind] = {
+    "env": Kind("unstable_envs", EnvProviderSpec, EnvProvider, True),
+    "env_sampler": Kind("unstable_env_samplers", EnvSamplerSpec, EnvSampler, True),
+    "model_sampler": Kind("unstable_model_samplers", ModelSamplerSpec, ModelSampler, True),
+    "rater": Kind("unstable_raters", RaterSpec, Rater, True),
+    "reward_transform": Kind("unstable_reward_transforms", RewardTransformSpec, None, False),
+    "buffer": Kind("unstable_buffers", BufferSpec, Buffer, True),
+    "learner": Kind("unstable_learners", LearnerSpec, Learner, True),
+    "inference": Kind("unstable_inference_backends", InferenceSpec, Inference, True),
+    "executor": Kind("unstable_executors", ExecutorSpec, Executor, True),
+    "tracker": Kind("unstable_trackers", TrackerSpec, Tracker, False),
+    "template": Kind("unstable_templates", TemplateSpec, Template, False),
 }
 
 __all__ = [
     "NAME_RE", "NoOptions", "BuildContext", "ComponentSpec", "EnvProviderSpec", "EnvSamplerSpec", "ModelSamplerSpec",
     "RaterSpec", "RewardTransformSpec", "BufferSpec", "LearnerSpec", "InferenceSpec", "ExecutorSpec", "TrackerSpec",
-    "TemplateSpec", "KINDS", "PROTOCOLS", "Buffer", "EnvProvider", "EnvSampler", "Executor", "FinalRewardTransform",
-    "GameEnv", "Inference", "Learner", "ModelSampler", "Rater", "Registry", "SamplingRewardTransform",
-    "StepRewardTransform", "Template", "Tracker",
+    "TemplateSpec", "Kind", "KINDS",
 ]

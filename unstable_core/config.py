@@ -13,24 +13,25 @@ config is executed.
 
 This module holds the config's models and ``validate_config`` / ``load_config``; reading files and
 overrides is in ``config_loading``, checking the chosen components against the installed plugins
-(and the JSON Schema) in ``config_components``.
+in ``config_check``, the JSON Schema in ``config_schema``.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .components import KINDS
 from .config_loading import MAX_NESTING, apply_overrides, format_validation_error, nesting_depth, read_toml
 from .errors import ConfigError
 from .types import EnvSpec, ModelRef
 
-
 #: config sections that pick one component; each is named after its component kind
-SINGLE_SECTIONS = ("env", "env_sampler", "model_sampler", "rater", "buffer", "inference", "executor", "learner")
+#: the kinds a config picks one of, each in a section named after it
+SINGLE_SECTIONS = tuple(kind for kind, entry in KINDS.items() if entry.config_section)
 
 
 class ComponentChoice(BaseModel):
@@ -228,18 +229,8 @@ def validate_config(data: Mapping[str, Any], source: str = "<config>") -> RunCon
         raise ConfigError(format_validation_error(exc, source, model=RunConfig)) from None
 
 
-def load_config(path: str | Path, overrides: Iterable[str] = ()) -> RunConfig:
+def load_config(path: str | os.PathLike[str], overrides: Iterable[str] = ()) -> RunConfig:
     """Read a TOML run config, apply ``--set`` overrides and validate it (not the plugin options:
     see ``resolve_components``)."""
     data = apply_overrides(read_toml(path), overrides)
     return validate_config(data, str(path))
-
-
-def __getattr__(name: str) -> Any:
-    """``resolve_components``, ``validate_options`` and ``config_json_schema`` moved to
-    ``config_components`` (they need the plugins); still importable from here."""
-    if name in ("resolve_components", "validate_options", "config_json_schema"):
-        from . import config_components
-
-        return getattr(config_components, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import os
 import tomllib
 from collections.abc import Iterable
 from pathlib import Path
@@ -113,7 +114,7 @@ def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> dict[str,
     return data
 
 
-def read_toml(path: str | Path) -> dict[str, Any]:
+def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"{path}: no such config file")

@@ -21,7 +21,7 @@ import difflib
 import importlib
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -104,12 +104,12 @@ class PluginSystem:
 
     # -- tracing ------------------------------------------------------------------------------
     @staticmethod
-    def _trace_before(hook_name: str, impls: list[Any], kwargs: dict[str, Any]) -> None:
+    def _trace_before(hook_name: str, impls: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
         names = ", ".join(i.plugin_name for i in impls)
         print(f"[unstable trace] {hook_name}({', '.join(kwargs)}) -> [{names}]", file=sys.stderr)
 
     @staticmethod
-    def _trace_after(outcome: Any, hook_name: str, impls: list[Any], kwargs: dict[str, Any]) -> None:
+    def _trace_after(outcome: Any, hook_name: str, impls: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
         exc = outcome.exception
         state = f"raised {describe_error(exc)}" if exc else "ok"
         print(f"[unstable trace] {hook_name} {state}", file=sys.stderr)
@@ -189,7 +189,8 @@ class PluginSystem:
     def _collect(self, plugin: Any, record: PluginRecord) -> None:
         """Call this plugin's registration hooks one by one and add its records to the catalog."""
         added: list[tuple[str, str]] = []
-        for kind, (hook_name, spec_cls) in KINDS.items():
+        for kind, entry in KINDS.items():
+            hook_name = entry.hook
             caller = getattr(self.pm.hook, hook_name)
             impls = [i for i in caller.get_hookimpls() if i.plugin is plugin]
             for impl in impls:
@@ -201,7 +202,7 @@ class PluginSystem:
                     self._fail(record, exc, f"hook {hook_name} raised")
                     return
                 try:
-                    specs = self._check_result(result, spec_cls, hook_name)
+                    specs = self._check_result(result, entry.spec, hook_name)
                     for spec in specs:
                         key = (kind, spec.name)
                         if key in self.catalog:

@@ -1,4 +1,5 @@
-"""Protocols: what a component factory's product must offer, one per kind (``PROTOCOLS``).
+"""Protocols: what a component factory's product must offer, one per kind (each named in
+``components.KINDS``).
 
 A factory registered in a spec record (``components.py``) returns an object that satisfies its
 kind's protocol; the core checks it with ``isinstance`` when it builds the component and names
@@ -206,18 +207,3 @@ class Template(Protocol):
     def extract(self, completion: str) -> tuple[str, bool]:
         """Return (action for the environment, whether the format was right)."""
         ...
-
-
-#: kind -> protocol the factory's product is checked against
-PROTOCOLS: dict[str, type] = {
-    "env": EnvProvider,
-    "env_sampler": EnvSampler,
-    "model_sampler": ModelSampler,
-    "rater": Rater,
-    "buffer": Buffer,
-    "learner": Learner,
-    "inference": Inference,
-    "executor": Executor,
-    "tracker": Tracker,
-    "template": Template,
-}

@@ -115,13 +115,13 @@ class EpisodeBuffer:
         self.evicted = state["evicted"]
 
 
-def _factory(cls: type) -> Any:
+def buffer_factory(cls: type) -> Any:
     return lambda options, ctx: cls(options, random.Random(f"{ctx.seed}:buffer"))
 
 
 @hookimpl
 def unstable_buffers() -> list[BufferSpec]:
     return [
-        BufferSpec(name="step", summary="Steps drawn at random without replacement", config=BufferOptions, factory=_factory(StepBuffer)),
-        BufferSpec(name="episode", summary="Whole episodes drawn at random", config=BufferOptions, factory=_factory(EpisodeBuffer)),
+        BufferSpec(name="step", summary="Steps drawn at random without replacement", config=BufferOptions, factory=buffer_factory(StepBuffer)),
+        BufferSpec(name="episode", summary="Whole episodes drawn at random", config=BufferOptions, factory=buffer_factory(EpisodeBuffer)),
     ]

@@ -81,7 +81,7 @@ class TextArenaGame:
         # (TextArena sets game_info[player]["invalid_move"], once)
         state, pid = self.state, self._player
         errors_before = state.error_count if self._counts_errors else 0
-        game_random = self._random
+        game_random: global_random.GameRandom = self._random  # type: ignore[assignment]  # reset() made it
         game_random.enter()
         try:
             done, _info = self.env.step(action=action)

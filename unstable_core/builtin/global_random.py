@@ -12,10 +12,10 @@ generator (other code's numbers do not depend on the games played).
 
 While at least one game is open (``open_game`` ... ``close_game``) the module's functions are
 stand-ins: in the thread of a running env call they draw from that game's generator; anywhere
-else they are the module's own functions (the same numbers, about 0.1 µs more a call). With no
-game open the module is as it was. A call costs two thread-local writes, against 4 µs for
-seeding the module's generator before every reset and step (what this replaced; it gave a step
-that draws the numbers of ``random.seed(game seed, move)`` instead of the game's own stream).
+else they are the module's own functions (the same numbers). With no game open the module is as
+it was. An env call costs two thread-local writes, where seeding the module's generator before
+every reset and step would cost far more and give a step the numbers of
+``random.seed(game seed, move)`` instead of the game's own stream (docs/performance.md).
 
 Draws through ``random.shuffle`` and the like are covered; a function taken out of the module
 before the first game opened (``from random import shuffle`` at import time) is not.
@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 _MODULE = vars(random)
-_GENERATOR = random.seed.__self__  # the hidden Random instance behind the module's functions
+_GENERATOR = random.seed.__self__  # type: ignore[attr-defined]  # the hidden Random instance behind the module's functions
 #: the module's functions: bound methods of that instance (seed, random, shuffle, choice, ...)
 _REAL = {
     name: fn for name, fn in _MODULE.items() if callable(fn) and getattr(fn, "__self__", None) is _GENERATOR

@@ -16,8 +16,9 @@ from collections.abc import Callable
 from pydantic import BaseModel, ConfigDict
 
 from .. import hookimpl
+from ..basemodel import trusted
 from ..components import InferenceSpec
-from ..types import Checkpoint, Completion, GenerationRequest, ModelRef, _trusted
+from ..types import Checkpoint, Completion, GenerationRequest, ModelRef
 
 _BRACKETED = re.compile(r"\[([^\[\]\n]{1,40})\]")
 _AVAILABLE_LINE = re.compile(r"(available (?:moves|actions)[^\n]*|valid (?:moves|actions)[^\n]*)", re.IGNORECASE)
@@ -177,9 +178,10 @@ class ScriptedInference:
         agent = AGENTS.get(request.model.model)
         if agent is None:
             check_agent(request.model)  # raises with the known names
+            raise AssertionError(request.model.model)  # unreachable: check_agent raised
         text = agent(request.observation, random.Random(request.seed))
         # every field, each of its exact type: built without validation (the agents return str)
-        return _trusted(Completion, {
+        return trusted(Completion, {
             "text": text, "prompt_token_ids": [], "completion_token_ids": [], "logprobs": [],
             "policy_version": request.model.version, "trainable": True,
             "truncated": False,

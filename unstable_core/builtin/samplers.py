@@ -126,6 +126,8 @@ def unstable_model_samplers() -> list[ModelSamplerSpec]:
     return [
         ModelSamplerSpec(name="mirror", summary="Self-play: every seat is the current model", factory=lambda o, ctx: MirrorSampler()),
         ModelSamplerSpec(name="fixed", summary="Opponents uniformly from the fixed opponents", config=FixedOptions, factory=lambda o, ctx: FixedSampler(o)),
-        ModelSamplerSpec(name="lagged", summary="Past checkpoints, lag drawn uniformly in [lag_min, lag_max]", config=LaggedOptions, factory=lambda o, ctx: LaggedSampler(o)),
-        ModelSamplerSpec(name="random", summary="Fixed opponent with probability fixed_prob, else a checkpoint", config=RandomOptions, factory=lambda o, ctx: RandomSampler(o)),
+        ModelSamplerSpec(name="lagged", summary="Past checkpoints, lag drawn uniformly in [lag_min, lag_max]", config=LaggedOptions, factory=lambda o,
+            ctx: LaggedSampler(o)),
+        ModelSamplerSpec(name="random", summary="Fixed opponent with probability fixed_prob, else a checkpoint", config=RandomOptions, factory=lambda o,
+            ctx: RandomSampler(o)),
     ]

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from .. import hookimpl
 from ..components import TrackerSpec
 from ..records import Record
-from ..runtime.jsonio import json_line
+from ..runtime.rundir.jsonio import json_line
 
 
 class JsonlOptions(BaseModel):
@@ -103,5 +103,6 @@ class ConsoleTracker:
 def unstable_trackers() -> list[TrackerSpec]:
     return [
         TrackerSpec(name="jsonl", summary="Append records to run_dir/metrics.jsonl", config=JsonlOptions, factory=lambda o, ctx: JsonlTracker(o, ctx.run_dir)),
-        TrackerSpec(name="console", summary="Live dashboard: progress, throughput, evaluations, ratings, matches", config=ConsoleOptions, factory=lambda o, ctx: ConsoleTracker(o)),
+        TrackerSpec(name="console", summary="Live dashboard: progress, throughput, evaluations, ratings, matches", config=ConsoleOptions, factory=lambda o,
+            ctx: ConsoleTracker(o)),
     ]

@@ -199,7 +199,8 @@ def _spec(name: str, stage: str, summary: str, config: type[BaseModel], factory:
 def unstable_reward_transforms() -> list[RewardTransformSpec]:
     return [
         _spec("win-draw-loss", "final", "Final rewards to +1 win / 0 draw / -1 loss", NoOptions, lambda o, ctx: win_draw_loss),
-        _spec("role-advantage", "final", "Subtract a per-role EMA baseline (read before update)", RoleAdvantageOptions, lambda o, ctx: RoleAdvantage(o, by_env=False)),
+        _spec("role-advantage", "final", "Subtract a per-role EMA baseline (read before update)", RoleAdvantageOptions, lambda o, ctx: RoleAdvantage(o,
+            by_env=False)),
         _spec("role-advantage-by-env", "final", "Per-(env, role) EMA baseline", RoleAdvantageOptions, lambda o, ctx: RoleAdvantage(o, by_env=True)),
         _spec("reward-for-format", "step", "Add reward/penalty for the answer format", RewardForFormatOptions, lambda o, ctx: RewardForFormat(o)),
         _spec("penalty-for-invalid-move", "step", "Add penalty to moves the env rejected", InvalidMoveOptions, lambda o, ctx: PenaltyForInvalidMove(o)),

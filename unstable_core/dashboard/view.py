@@ -229,6 +229,7 @@ def render_text(state: DashboardState, width: int) -> str:
 
     from rich.console import Console
 
-    console = Console(width=width, file=io.StringIO(), force_terminal=False, color_system=None)
+    buffer = io.StringIO()
+    console = Console(width=width, file=buffer, force_terminal=False, color_system=None)
     console.print(render(state, width))
-    return console.file.getvalue()
+    return buffer.getvalue()

@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from ..protocols import PROTOCOLS
-from ..runtime.registry import ModelRegistry
+from ..runtime.roles.registry import ModelRegistry
 from ..types import (
     Completion,
     EnvSpec,
@@ -54,7 +53,7 @@ def check_state_round_trip(make: Any, exercise: Any) -> None:
     ``make()`` builds a component; ``exercise(component)`` uses it and returns what it produced."""
     import json
 
-    from ..runtime.snapshots import join_tensors, split_tensors
+    from ..runtime.rundir.store import join_tensors, split_tensors
     from ..state import Stateful
 
     first = make()
@@ -65,11 +64,11 @@ def check_state_round_trip(make: Any, exercise: Any) -> None:
     saved = join_tensors(plain, {k: t.clone() for k, t in tensors.items()})  # as read back from disk
     second = make()
     second.load_state_dict(saved)
-    assert _comparable(exercise(second)) == _comparable(exercise(first)), "a restored component behaves differently"
-    assert _comparable(second.state_dict()) == _comparable(first.state_dict()), "a restored component's state differs"
+    assert comparable(exercise(second)) == comparable(exercise(first)), "a restored component behaves differently"
+    assert comparable(second.state_dict()) == comparable(first.state_dict()), "a restored component's state differs"
 
 
-def _comparable(value: Any) -> Any:
+def comparable(value: Any) -> Any:
     """Plain values to compare, as JSON holds them: pydantic models dumped, tensors as lists,
     dict keys as strings."""
     if hasattr(value, "model_dump"):
@@ -77,13 +76,13 @@ def _comparable(value: Any) -> Any:
     if type(value).__module__.startswith("torch") and hasattr(value, "tolist"):
         return value.tolist()
     if isinstance(value, dict):
-        return {str(k): _comparable(v) for k, v in value.items()}
+        return {str(k): comparable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_comparable(v) for v in value]
+        return [comparable(v) for v in value]
     return value
 
 
-class _Contract:
+class ComponentContract:
     kind: str = ""
     plugin: Any = None
     name: str = ""
@@ -120,7 +119,7 @@ class _Contract:
     def test_record_is_valid(self, spec: Any) -> None:
         from ..components import KINDS
 
-        assert isinstance(spec, KINDS[self.kind][1])
+        assert isinstance(spec, KINDS[self.kind].spec)
         assert spec.summary and "\n" not in spec.summary
 
     def test_options_have_descriptions_and_defaults_validate(self, spec: Any) -> None:
@@ -135,7 +134,9 @@ class _Contract:
             spec.config.model_validate({**self.options, "no_such_option_xyz": 1})
 
     def test_factory_satisfies_protocol(self, component: Any) -> None:
-        proto = PROTOCOLS.get(self.kind)
+        from ..components import KINDS
+
+        proto = KINDS[self.kind].protocol
         if proto is not None:
             assert isinstance(component, proto)
 
@@ -154,7 +155,7 @@ class _Contract:
         check_state_round_trip(lambda: build_component_for(self, spec, system, tmp_path), self.exercise)
 
 
-class EnvSamplerContract(_Contract):
+class EnvSamplerContract(ComponentContract):
     kind = "env_sampler"
 
     def envs(self) -> list[EnvSpec]:
@@ -187,7 +188,7 @@ class EnvSamplerContract(_Contract):
         return drawn
 
 
-class ModelSamplerContract(_Contract):
+class ModelSamplerContract(ComponentContract):
     kind = "model_sampler"
 
     def test_fills_every_seat_with_registered_models(self, component: Any, registry: Any) -> None:
@@ -205,7 +206,7 @@ class ModelSamplerContract(_Contract):
         return [[m.uid for m in sampler.sample(env, registry.current, 1, registry, rng)] for _ in range(20)]
 
 
-class RaterContract(_Contract):
+class RaterContract(ComponentContract):
     kind = "rater"
 
     def test_ratings_cover_players_after_a_game(self, component: Any, registry: Any) -> None:
@@ -228,7 +229,7 @@ class RaterContract(_Contract):
         return rater.ratings(registry)
 
 
-class RewardTransformContract(_Contract):
+class RewardTransformContract(ComponentContract):
     kind = "reward_transform"
 
     def test_callable_for_its_stage(self, spec: Any, component: Any) -> None:
@@ -243,13 +244,13 @@ class RewardTransformContract(_Contract):
             assert isinstance(out, Step) if spec.stage == "step" else all(isinstance(s, Step) for s in out)
 
 
-class BufferContract(_Contract):
+class BufferContract(ComponentContract):
     kind = "buffer"
 
     def test_add_then_draw_without_replacement(self, component: Any) -> None:
-        from ..runtime.rewards import RewardPipelines
+        from ..runtime.roles.rewards import RewardPipelines
 
-        for i in range(5):
+        for _ in range(5):
             assert component.add(RewardPipelines().episodes(sample_result(train_seats=[0, 1]))) == 2
         n = component.size()
         assert n == 10
@@ -258,14 +259,14 @@ class BufferContract(_Contract):
         assert component.size() == n - len(steps)
 
     def exercise(self, buffer: Any) -> Any:
-        from ..runtime.rewards import RewardPipelines
+        from ..runtime.roles.rewards import RewardPipelines
 
         for _ in range(4):
             buffer.add(RewardPipelines().episodes(sample_result(train_seats=[0, 1])))
         return buffer.draw(3)
 
 
-class TemplateContract(_Contract):
+class TemplateContract(ComponentContract):
     kind = "template"
 
     def test_render_and_extract(self, component: Any) -> None:
@@ -275,7 +276,7 @@ class TemplateContract(_Contract):
         assert isinstance(action, str) and isinstance(ok, bool)
 
 
-class InferenceContract(_Contract):
+class InferenceContract(ComponentContract):
     kind = "inference"
     model: ModelRef = ModelRef(uid="m", model="random-valid")
 
@@ -287,7 +288,7 @@ class InferenceContract(_Contract):
         assert isinstance(out, Completion)
 
 
-class TrackerContract(_Contract):
+class TrackerContract(ComponentContract):
     kind = "tracker"
 
     def test_log_and_close(self, component: Any) -> None:
@@ -298,7 +299,7 @@ class TrackerContract(_Contract):
         component.close()
 
 
-class EnvProviderContract(_Contract):
+class EnvProviderContract(ComponentContract):
     kind = "env"
 
     def test_known_envs_play_to_the_end(self, component: Any) -> None:
@@ -318,9 +319,9 @@ class EnvProviderContract(_Contract):
             assert done and set(rewards) <= {0, 1}
 
 
-def build_component_for(contract: _Contract, spec: Any, system: Any, tmp_path: Path) -> Any:
+def build_component_for(contract: ComponentContract, spec: Any, system: Any, tmp_path: Path) -> Any:
     """Build ``spec`` (which a parametrised contract may pick by another name) as a run would."""
-    from ..runtime.plan import build_component
+    from ..runtime.building import build_component
 
     return build_component(spec.kind, spec.name, contract.options, plugins=system, run_dir=str(tmp_path))
 

@@ -7,8 +7,9 @@ Subclass it, set ``plugin``, ``name`` and ``options`` (what the run's ``[executo
         name = "my-executor"
         options = {"replicas": 2}
 
-The checks run whole runs through the public API, once with the executor under test and once
-with ``local``: a scripted tournament gives the same evaluation records (games, win, draw and
+Its handles must honour the role protocols of ``unstable_core.executors`` (every method the
+driver awaits, as a coroutine function). The other checks run whole runs through the public API,
+once with the executor under test and once with ``local``: a scripted tournament gives the same evaluation records (games, win, draw and
 loss rates per pair); a sync-mode training run of the toy tabular learner gives the same train
 and evaluation records and the same final checkpoint; a run that fails in a role (a model
 sampler returning garbage) ends with the same one-line error. The plugin system of the test has
@@ -26,7 +27,7 @@ import pytest
 
 from .. import hookimpl
 from ..components import ModelSamplerSpec
-from .contracts import _Contract
+from .contracts import ComponentContract
 from .toy import toy_config, toy_plugin
 
 TIMING = {"time", "games_per_s", "duration_s", "update_s", "learner_tokens_per_s"}  # wall-clock figures
@@ -67,12 +68,29 @@ def records(run_dir: Path, kinds: tuple[str, ...] = ("train", "eval")) -> list[d
     return [{k: v for k, v in r.items() if k not in TIMING} for r in lines if r["type"] in kinds]
 
 
-class ExecutorContract(_Contract):
+class ExecutorContract(ComponentContract):
     kind = "executor"
     other_plugins = (("toy", toy_plugin), ("broken-sampler", BrokenSampler))
 
     def with_executor(self, cfg: dict[str, Any]) -> dict[str, Any]:
         return {**cfg, "executor": {"name": self.name, **self.options}}
+
+    def test_its_handles_honour_the_role_protocols(self, system: Any, tmp_path: Path) -> None:
+        import unstable_core
+
+        from ..executors import RoleHandles
+        from ..runtime.building import Builder
+
+        cfg = self.with_executor(toy_config(training={"learning_steps": 1}))
+        plan = unstable_core.build(cfg, run_dir=tmp_path / "r", plugins=system).plan
+        executor = Builder(plan, system).build("executor")
+        try:
+            roles = executor.start(plan)
+            assert isinstance(roles, RoleHandles), f"start() returned {type(roles).__name__}"
+            assert roles.learner is not None and roles.rollouts, "a training run has a learner and rollouts"
+            assert roles.problems() == []
+        finally:
+            executor.shutdown()
 
     def test_a_tournament_gives_the_same_records_as_local(self, system: Any, tmp_path: Path) -> None:
         import unstable_core
@@ -100,6 +118,7 @@ class ExecutorContract(_Contract):
 
     def test_an_error_in_a_role_ends_the_run_with_the_same_message(self, system: Any, tmp_path: Path) -> None:
         import unstable_core
+
         from ..errors import UnstableError
 
         cfg = {**TOURNAMENT, "model_sampler": {"name": "broken"}}

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from ..types import Batch, Checkpoint, GenerationRequest, ModelRef, Step, Turn
-from .contracts import _Contract, check_state_round_trip
+from .contracts import ComponentContract, check_state_round_trip
 
 
 def make_steps(rng: random.Random, token_range: tuple[int, int], games: int = 3, turns: int = 2) -> list[Step]:
@@ -55,7 +55,7 @@ def _timing(key: str) -> bool:
     return key.endswith("_s")
 
 
-class LearnerContract(_Contract):
+class LearnerContract(ComponentContract):
     kind = "learner"
     #: inference backend that serves this learner's checkpoints (None: that check is skipped)
     inference: str | None = None
@@ -77,7 +77,7 @@ class LearnerContract(_Contract):
         return Batch(steps=make_steps(random.Random(seed), self.token_range), learner_version=0)
 
     def build(self, spec: Any, system: Any, tmp_path: Path, model: ModelRef, **options: Any) -> Any:
-        from ..runtime.plan import build_component
+        from ..runtime.building import build_component
 
         return build_component(self.kind, spec.name, {**self.options, **options}, plugins=system, run_dir=str(tmp_path),
                                model=model)
@@ -120,8 +120,8 @@ class LearnerContract(_Contract):
 
     def test_checkpoint_changes_what_the_backend_serves(self, component: Any, model: ModelRef, system: Any,
                                                        tmp_path: Path) -> None:
-        from ..runtime.plan import build_component
-        from ..runtime.registry import checkpoint_ref
+        from ..runtime.building import build_component
+        from ..runtime.roles.registry import checkpoint_ref
 
         for seed in range(self.updates_before_checkpoint):
             component.update(self.make_batch(seed))

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .contracts import _comparable
+from .contracts import comparable
 
 
 def start_run(run_dir: str | Path, config: dict[str, Any], *, resume: bool = False, plugins: Sequence[str] = (),
@@ -44,6 +44,7 @@ def kill_after(proc: subprocess.Popen, events: int, stall_s: float = 120, kinds:
     training game, "e" an evaluation game, "u" an update); False if it ended first. A child that
     reports nothing for ``stall_s`` seconds fails the test."""
     seen = 0
+    assert proc.stdout is not None, "start the child with stdout=subprocess.PIPE"
     while seen < events:
         ready, _, _ = select.select([proc.stdout], [], [], stall_s)
         if not ready:
@@ -90,10 +91,10 @@ def restored_state(run_dir: str | Path, plugins: Any) -> tuple[int, dict[str, An
     lists) to compare with ``==``."""
     from .. import build
     from ..builtin.executor_local import LocalExecutor
-    from ..runtime.driver import Driver
-    from ..runtime.output import RunOutput
-    from ..runtime.resume import restore
-    from ..runtime.snapshots import read_latest
+    from ..runtime.driver.driver import Driver
+    from ..runtime.driver.state import RunContext
+    from ..runtime.rundir.output import RunOutput
+    from ..runtime.rundir.store import read_latest
 
     step, saved = read_latest(Path(run_dir))
     plan = build(None, run_dir=run_dir, plugins=plugins, resume=True).plan
@@ -101,20 +102,21 @@ def restored_state(run_dir: str | Path, plugins: Any) -> tuple[int, dict[str, An
 
     async def restored() -> dict[str, Any]:
         roles = executor.start(plan)
-        driver = Driver(plan, roles, RunOutput(plan, plugins), plugins)
+        run = RunContext(cfg=plan.config, run_dir=plan.run_dir, roles=roles, out=RunOutput(plan, plugins), system=plugins)
+        driver = Driver(run, await roles.buffer.capacity())
         try:
-            await restore(driver, step, saved)
+            await driver.snapshots.restore(step, saved)
             return {"league": await roles.league.state_dict(), "buffer": await roles.buffer.state_dict(),
-                    "learner": await roles.learner.state_dict(),
+                    "learner": await roles.learner.state_dict() if roles.learner else None,
                     "driver": {"step": driver.state.step, "games_played": driver.state.games_played}}
         finally:
-            driver.out.close()
+            run.out.close()
             executor.shutdown()
 
     state = asyncio.run(restored())
     keys = ("league", "buffer", "learner")
     expected = {k: saved[k] for k in keys} | {"driver": {k: saved["driver"][k] for k in ("step", "games_played")}}
-    return step, _comparable(expected), _comparable(state)
+    return step, comparable(expected), comparable(state)
 
 
 #: metrics fields that differ between two runs of the same config: timing, where and with what it ran

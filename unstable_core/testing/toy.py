@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .. import hookimpl
 from ..components import EnvProviderSpec, InferenceSpec, LearnerSpec
-from ..runtime.jsonio import write_json_atomic
+from ..runtime.rundir.jsonio import write_json_atomic
 from ..types import Batch, Checkpoint, Completion, EnvSpec, GenerationRequest
 
 # ---------------------------------------------------------------------------------------------
@@ -165,7 +165,7 @@ class TabularLearner:
         return Checkpoint(uid=uid, version=self.version, path=directory)
 
 
-class _ToyPlugin:
+class ToyPlugin:
     """The toy env, inference and learner as one plugin object."""
 
     @hookimpl
@@ -182,7 +182,7 @@ class _ToyPlugin:
                             factory=lambda o, ctx: TabularLearner(o), drop_zero_advantage=True)]
 
 
-toy_plugin = _ToyPlugin()
+toy_plugin = ToyPlugin()
 
 
 def toy_config(**overrides: Any) -> dict[str, Any]:

@@ -1,10 +1,9 @@
 import random
 
 import unstable_core
+import unstable_curriculum.plugin as plugin
 from unstable_core import EnvSpec, load_plugins
 from unstable_core.testing import EnvSamplerContract, toy_config, toy_plugin
-
-import unstable_curriculum.plugin as plugin
 from unstable_curriculum.plugin import CurriculumOptions, CurriculumSampler
 
 

@@ -1,11 +1,10 @@
 import pytest
 import torch
 
+import unstable_kl_reinforce.plugin as plugin
 from unstable_core import Batch, ModelRef, build_component, load_plugins
 from unstable_core.testing import make_steps
 from unstable_hf.testing import LoraLearnerContract
-
-import unstable_kl_reinforce.plugin as plugin
 
 torch.set_num_threads(1)
 

@@ -6,11 +6,11 @@ import random
 import pytest
 import torch
 
-from unstable_core import Batch, BuildContext, Checkpoint, GenerationRequest, ModelRef, Step, Turn, UnstableError
-from unstable_hf.training import Sequence, pack
 from unstable_a2c.learner import A2CLearner
 from unstable_a2c.options import A2COptions
 from unstable_a2c.plugin import make_learner
+from unstable_core import Batch, BuildContext, Checkpoint, GenerationRequest, ModelRef, Step, Turn, UnstableError
+from unstable_hf.training import Sequence, pack
 
 torch.set_num_threads(1)
 LORA = {"rank": 4, "alpha": 8}

@@ -1,6 +1,5 @@
-from unstable_hf.testing import LoraLearnerContract
-
 import unstable_a2c.plugin as plugin
+from unstable_hf.testing import LoraLearnerContract
 
 
 class TestA2CContract(LoraLearnerContract):

@@ -2,8 +2,8 @@
 
 import pytest
 
-from unstable_core import Step, Turn
 from unstable_a2c.gae import episodes, gae, turn_rewards
+from unstable_core import Step, Turn
 
 
 def step(game, player, t, n, final, reward):

@@ -8,9 +8,9 @@ hidden state has attended to the whole prompt.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import torch
 

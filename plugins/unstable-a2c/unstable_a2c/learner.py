@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from statistics import fmean, pvariance
+
 import torch
 
 from unstable_core import Step

@@ -14,7 +14,8 @@ class A2COptions(LearnerOptions):
     gae_lambda: float = Field(0.95, ge=0, le=1, description="GAE lambda (1: Monte-Carlo returns minus V; 0: one-step TD).")
     critic: Literal["adapter", "model"] = Field(
         "adapter",
-        description="'adapter': the critic is a second LoRA adapter on the policy's backbone (one model in memory); 'model': a separate copy of the model with its own LoRA.",
+        description="'adapter': the critic is a second LoRA adapter on the policy's backbone (one model in memory); "
+        "'model': a separate copy of the model with its own LoRA.",
     )
     critic_model: str | None = Field(None, description="With critic = 'model': the critic's model (default: the model being trained).")
     critic_lr: float = Field(1e-4, gt=0, description="AdamW learning rate of the critic (adapter and value head).")

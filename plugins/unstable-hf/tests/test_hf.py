@@ -6,13 +6,12 @@ import os
 import pytest
 import torch
 
+import unstable_hf.plugin as plugin
 from unstable_core import Checkpoint, GenerationRequest, ModelRef
 from unstable_core.testing import InferenceContract
 from unstable_hf.inference import HFInference, HFInferenceOptions
 from unstable_hf.testing import random_lora_adapter
 from unstable_hf.tiny import TinySpec, build_tiny
-
-import unstable_hf.plugin as plugin
 
 torch.set_num_threads(1)
 
@@ -72,12 +71,12 @@ def test_tiny_build_is_deterministic_and_loads_with_from_pretrained(tmp_path):
 def test_warm_start_games_against_an_opponent_imitate_one_agent_on_many_boards():
     import re
 
-    from unstable_hf.tiny import _scripted_games
+    from unstable_hf.tiny import scripted_games
 
     spec = TinySpec.parse("tiny:TicTacToe-v0-train?sft_agent=first-valid&sft_opponent=random-valid")
     assert spec.key() != TinySpec.parse("tiny:TicTacToe-v0-train?sft_agent=first-valid").key()
-    pairs = _scripted_games(spec, 20, seed=1, opponent=spec.sft_opponent)
-    alone = _scripted_games(spec, 20, seed=1)
+    pairs = scripted_games(spec, 20, seed=1, opponent=spec.sft_opponent)
+    alone = scripted_games(spec, 20, seed=1)
     assert pairs
     seats = set()
     for prompt, [completion] in pairs:
@@ -92,15 +91,15 @@ def test_warm_start_games_against_an_opponent_imitate_one_agent_on_many_boards()
 def test_all_valid_targets_are_every_available_move_of_each_imitated_position():
     import re
 
-    from unstable_hf.tiny import _scripted_games
+    from unstable_hf.tiny import scripted_games
 
     spec = TinySpec.parse("tiny:TicTacToe-v0-train?sft_targets=all-valid")
     assert spec.key() != TinySpec.parse("tiny:TicTacToe-v0-train").key()
     assert TinySpec.parse("tiny?sft_targets=agent").key() == TinySpec.parse("tiny").key()  # earlier caches stay valid
     with pytest.raises(ValueError, match=r"sft_targets: Input should be 'agent' or 'all-valid'"):
         TinySpec.parse("tiny?sft_targets=all")
-    pairs = _scripted_games(spec, 10, seed=1, all_valid=True)
-    assert [p for p, _ in pairs] == [p for p, _ in _scripted_games(spec, 10, seed=1)]  # the same games
+    pairs = scripted_games(spec, 10, seed=1, all_valid=True)
+    assert [p for p, _ in pairs] == [p for p, _ in scripted_games(spec, 10, seed=1)]  # the same games
     sizes = set()
     for prompt, completions in pairs:
         free = re.findall(r"'\[(\d)\]'", prompt.split("Available Moves:")[-1])

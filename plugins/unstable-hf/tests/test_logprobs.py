@@ -6,7 +6,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from unstable_hf.logprobs import (
-    auto_chunk_size, chunked_autograd_logprobs, naive_token_logprobs, token_entropy, token_logprobs,
+    auto_chunk_size,
+    chunked_autograd_logprobs,
+    naive_token_logprobs,
+    token_entropy,
+    token_logprobs,
 )
 
 torch.set_num_threads(1)

@@ -43,33 +43,33 @@ def test_the_budget_starts_a_new_row_and_a_long_step_gets_one_of_its_own():
 
 
 def test_the_row_width_trades_shared_prefixes_against_dense_attention():
-    from unstable_hf.prefix import _row_width, _rows
+    from unstable_hf.prefix import row_width, split_rows
 
     lengths, shared = [100] * 4, [0, 50, 50, 50]  # four steps of 100 ids, neighbours sharing 50
     # R rows padded to W cost R x (W + w W^2): one row of 250 nodes, two of 150 or four of 100
-    assert _rows(lengths, shared, 256) == [250] and _rows(lengths, shared, 192) == [150, 150]
-    assert _rows(lengths, shared, 128) == [100] * 4 and _rows(lengths, shared, 0) == [100] * 4
-    assert _row_width(lengths, shared, budget=256, pair_weight=0.0) == 256  # 250 < 2 x 150 < 4 x 100
-    assert _row_width(lengths, shared, budget=256, pair_weight=0.01) == 192  # 2 x 375 < 4 x 200 < 875
-    assert _row_width(lengths, shared, budget=256, pair_weight=1.0) == 0  # 4 x 10,100 < 2 x 22,650
-    assert _row_width(lengths, [0, 0, 0, 0], budget=256, pair_weight=0.01) == 0  # nothing shared: a row each
+    assert split_rows(lengths, shared, 256) == [250] and split_rows(lengths, shared, 192) == [150, 150]
+    assert split_rows(lengths, shared, 128) == [100] * 4 and split_rows(lengths, shared, 0) == [100] * 4
+    assert row_width(lengths, shared, budget=256, pair_weight=0.0) == 256  # 250 < 2 x 150 < 4 x 100
+    assert row_width(lengths, shared, budget=256, pair_weight=0.01) == 192  # 2 x 375 < 4 x 200 < 875
+    assert row_width(lengths, shared, budget=256, pair_weight=1.0) == 0  # 4 x 10,100 < 2 x 22,650
+    assert row_width(lengths, [0, 0, 0, 0], budget=256, pair_weight=0.01) == 0  # nothing shared: a row each
 
 
 def test_each_node_sees_exactly_the_nodes_on_its_path_for_random_batches():
     # the mask is read off preorder subtree ranges; check it against every step's own path
-    from unstable_hf.prefix import _place, _visibility
+    from unstable_hf.prefix import place_sequences, visibility_mask
 
     rng = random.Random(0)
     for _ in range(30):
         seqs = [Sequence([rng.randrange(3) for _ in range(rng.randrange(1, 8))], [rng.randrange(3)], []) for _ in range(rng.randrange(1, 12))]
-        tries, placed = _place(seqs, budget=rng.choice([4, 8, 64]), pair_weight=0.0)
+        tries, placed = place_sequences(seqs, budget=rng.choice([4, 8, 64]), pair_weight=0.0)
         for r, trie in enumerate(tries):
             expected = torch.zeros(trie.size, trie.size, dtype=torch.bool)
             for row, nodes in placed:
                 if row == r:
                     for j, node in enumerate(nodes):
                         expected[node, nodes[: j + 1]] = True
-            assert torch.equal(_visibility(trie), expected)
+            assert torch.equal(visibility_mask(trie), expected)
         for s, (r, nodes) in zip(seqs, placed):  # each node holds the step's token at its depth
             assert [tries[r].tokens[n] for n in nodes] == s.ids and [tries[r].depths[n] for n in nodes] == list(range(len(s.ids)))
 
@@ -94,9 +94,9 @@ def test_block_masks_let_each_token_see_what_the_dense_mask_does():
 
 
 def test_the_trie_takes_sequences_in_sorted_order_only():
-    from unstable_hf.prefix import _Trie
+    from unstable_hf.prefix import Trie
 
-    trie = _Trie()
+    trie = Trie()
     trie.insert([1, 2, 3])
     with pytest.raises(ValueError, match="sorted order"):
         trie.insert([1, 2])
@@ -399,7 +399,7 @@ def test_token_runs_count_shared_tokens_once_padded_rows_by_their_longest_and_ca
 
 
 def test_token_runs_on_random_sorted_batches_are_tries_within_the_budget_and_greedy():
-    from unstable_hf.prefix import _Trie, sorted_ids, token_runs
+    from unstable_hf.prefix import Trie, sorted_ids, token_runs
 
     rng = random.Random(0)
     for _ in range(300):
@@ -409,7 +409,7 @@ def test_token_runs_on_random_sorted_batches_are_tries_within_the_budget_and_gre
         runs = token_runs([len(x) for x in ids], shared, budget, max_steps)
         assert [r[0] for r in runs] == [0] + [r[1] for r in runs[:-1]] and runs[-1][1] == len(ids)
         for start, end, tokens in runs:
-            trie = _Trie()
+            trie = Trie()
             for x in ids[start:end]:
                 trie.insert(x)
             assert tokens == trie.size  # exactly the trie's nodes

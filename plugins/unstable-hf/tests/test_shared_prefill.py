@@ -75,6 +75,7 @@ def test_shared_prefixes_generate_what_a_left_padded_batch_generates(tiny_path, 
         ref = ModelRef(uid="ckpt-1", kind="checkpoint", backend="hf", model=tiny_path, adapter_path=path, version=1)
     requests = [GenerationRequest(model=ref, prompt=p, seed=i) for i, p in enumerate(batch)]
     outs = {}
+    padded = 0
     for share in (False, True):
         b = backend(share)
         outs[share] = b.generate_batch(requests)

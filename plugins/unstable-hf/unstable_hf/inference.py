@@ -227,7 +227,7 @@ class HFInference:
                     break
                 try:
                     pending.append(await asyncio.wait_for(queue.get(), timeout))
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     break
             groups: OrderedDict[tuple[str, str, str | None], list[Any]] = OrderedDict()
             for request, future in pending:

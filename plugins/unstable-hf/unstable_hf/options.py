@@ -63,7 +63,8 @@ class LearnerOptions(ModelLoadOptions):
         description="Divide each sequence's logprob sum by the constant max_generation_len (Dr. GRPO, UnstableBaselines) or by its token count.",
     )
     max_generation_len: int = Field(4096, ge=1, description="The constant normaliser.")
-    prefix_sharing: bool = Field(True, description="Forward every token the steps of a chunk share once (prefix tries, ancestor attention masks); false: one padded row per step.")
+    prefix_sharing: bool = Field(True,
+        description="Forward every token the steps of a chunk share once (prefix tries, ancestor attention masks); false: one padded row per step.")
     prefix_budget: int = Field(2048, ge=16, description="Most tokens in one prefix-shared row.")
     prefix_layout: Literal["masks", "segments", "auto"] = Field(
         "masks",

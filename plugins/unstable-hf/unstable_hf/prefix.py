@@ -31,7 +31,7 @@ def _common(a: list[int], b: list[int]) -> int:
     return i
 
 
-class _Trie:
+class Trie:
     """A prefix trie that takes its sequences in sorted order. Each sequence then shares with the
     trie exactly its common prefix with the sequence inserted before it, its new nodes extend that
     path as one chain, and the nodes come in preorder: the subtree of a node is the contiguous run
@@ -145,12 +145,12 @@ def token_runs(lengths: list[int], shared: list[int] | None, max_tokens: float,
     return runs
 
 
-def _rows(lengths: list[int], shared: list[int], width: int) -> list[int]:
+def split_rows(lengths: list[int], shared: list[int], width: int) -> list[int]:
     """Greedy rows over sorted steps: each row's node count (``token_runs`` within ``width``)."""
     return [tokens for _start, _end, tokens in token_runs(lengths, shared, width)]
 
 
-def _row_width(lengths: list[int], shared: list[int], budget: int, pair_weight: float) -> int:
+def row_width(lengths: list[int], shared: list[int], budget: int, pair_weight: float) -> int:
     """The most nodes a row of several steps may hold, at most ``budget``, that makes the forward
     cheapest. Rows are padded to the widest, so R rows of width W cost about
     R x (W + pair_weight x W^2): wider rows share more (fewer repeated prefixes), narrower ones
@@ -158,7 +158,7 @@ def _row_width(lengths: list[int], shared: list[int], budget: int, pair_weight: 
     budget, and the budget."""
     best, best_cost = 0, float("inf")
     for width in (0, *range(64, budget, 64), budget):
-        rows = _rows(lengths, shared, width)
+        rows = split_rows(lengths, shared, width)
         widest = max(rows)
         cost = len(rows) * (widest + pair_weight * widest * widest)
         if cost < best_cost:
@@ -166,21 +166,21 @@ def _row_width(lengths: list[int], shared: list[int], budget: int, pair_weight: 
     return best
 
 
-def _place(seqs: list[Sequence], budget: int, pair_weight: float) -> tuple[list[_Trie], list[tuple[int, list[int]]]]:
+def place_sequences(seqs: list[Sequence], budget: int, pair_weight: float) -> tuple[list[Trie], list[tuple[int, list[int]]]]:
     """Tries (rows) and, per step, its row and the node of each of its positions. The steps go in
     sorted by their ids, so that neighbours share the most, filling rows up to the cheapest width."""
     order, ids, shared = sorted_steps(seqs)
-    width = _row_width([len(x) for x in ids], shared, budget, pair_weight)
-    tries: list[_Trie] = []
+    width = row_width([len(x) for x in ids], shared, budget, pair_weight)
+    tries: list[Trie] = []
     placed: list[tuple[int, list[int]]] = [(0, [])] * len(seqs)
     for i, step_ids in zip(order, ids):
         if not tries or tries[-1].size + tries[-1].missing(step_ids) > width:
-            tries.append(_Trie())
+            tries.append(Trie())
         placed[i] = (len(tries) - 1, tries[-1].insert(step_ids))
     return tries, placed
 
 
-def _visibility(trie: _Trie) -> torch.Tensor:
+def visibility_mask(trie: Trie) -> torch.Tensor:
     """[size, size]: node a sees node b where b is an ancestor of a or a itself, i.e. where a lies
     in b's subtree, the run of nodes from b to its subtree's end."""
     node = torch.arange(trie.size)
@@ -188,18 +188,18 @@ def _visibility(trie: _Trie) -> torch.Tensor:
     return (node[:, None] < ends[None, :]).tril_()  # tril: b <= a
 
 
-def _dense_mask(tries: list[_Trie], width: int, dtype: torch.dtype) -> torch.Tensor:
+def _dense_mask(tries: list[Trie], width: int, dtype: torch.dtype) -> torch.Tensor:
     """Additive [R, 1, W, W] mask: 0 where a node sees another, the dtype's minimum elsewhere."""
     mask = torch.full((len(tries), width, width), torch.finfo(dtype).min, dtype=dtype)
     for r, trie in enumerate(tries):
         n = trie.size
-        mask[r, :n, :n].masked_fill_(_visibility(trie), 0.0)
+        mask[r, :n, :n].masked_fill_(visibility_mask(trie), 0.0)
         padding = torch.arange(n, width)
         mask[r, padding, padding] = 0.0  # padding sees itself only (no row of -inf)
     return mask.unsqueeze(1)
 
 
-def _block_mask(tries: list[_Trie], width: int, device: Any) -> Any:
+def _block_mask(tries: list[Trie], width: int, device: Any) -> Any:
     """A FlexAttention ``BlockMask`` of the same visibility: query q sees key k where
     ``k <= q < end[k]`` (padding: end = itself + 1). Its kernels skip every block of keys that no
     query of the block sees, so attention costs about what the steps' own paths do."""
@@ -225,7 +225,7 @@ def pack_shared(seqs: list[Sequence], device: Any = "cpu", budget: int = 2048, d
     are filled only up to the width that makes the whole forward cheapest (``pair_weight``: see
     ``attention_pair_weight``; 0 for block masks: the widest rows); a batch where no row holds two
     steps is packed as ``pack`` does."""
-    tries, placed = _place(seqs, budget, pair_weight)
+    tries, placed = place_sequences(seqs, budget, pair_weight)
     if len(tries) == len(seqs):  # nothing shared: padded rows, no 4D mask to build or apply
         return pack(seqs, device)
     width = max(t.size for t in tries)

@@ -28,6 +28,7 @@ from typing import Any, Literal
 from urllib.parse import parse_qsl
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 from unstable_core.progress import task
 
 from .loading import quiet_third_party
@@ -116,7 +117,7 @@ class TinySpec(BaseModel):
         return hashlib.sha256((self.model_dump_json(exclude=unset) + f"|build{BUILD_VERSION}").encode()).hexdigest()[:16]
 
 
-def _scripted_games(spec: TinySpec, games: int, seed: int, opponent: str | None = None, all_valid: bool = False) -> Targets:
+def scripted_games(spec: TinySpec, games: int, seed: int, opponent: str | None = None, all_valid: bool = False) -> Targets:
     """(prompt, [completion]) pairs of the scripted agent playing itself on the spec's games, or, with
     `opponent`, only its own pairs against that agent (seats alternating), through the components a
     run uses (env provider, template, scripted backend). With `all_valid`, each prompt's completions
@@ -203,14 +204,14 @@ def build_tiny(spec: TinySpec, path: str | os.PathLike[str], log: Any = None) ->
     spec.check_agents()  # before any game is played
     quiet_third_party()
     with task(f"playing {spec.corpus_games} scripted games for the tiny model's corpus"):
-        corpus = _scripted_games(spec, spec.corpus_games, spec.seed)
+        corpus = scripted_games(spec, spec.corpus_games, spec.seed)
     texts = [p for p, _ in corpus] + [c for _, cs in corpus for c in cs]
     with task("training the tiny model's tokenizer"):
         tokenizer = train_tokenizer(texts, spec.vocab_size)
     model = build_model(spec, tokenizer)
     losses: list[float] = []
     if spec.sft_steps:
-        pairs = _scripted_games(spec, max(50, spec.corpus_games), spec.seed + 1, spec.sft_opponent, spec.sft_targets == "all-valid")
+        pairs = scripted_games(spec, max(50, spec.corpus_games), spec.seed + 1, spec.sft_opponent, spec.sft_targets == "all-valid")
         losses = supervised_warm_start(model, tokenizer, pairs, spec, log)
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(path)

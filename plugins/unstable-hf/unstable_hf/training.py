@@ -40,12 +40,12 @@ import torch
 
 from unstable_core import Batch, Checkpoint, Step
 
+from .layout import LayoutChoice
 from .options import LearnerOptions
 from .packing import Packed, Sequence, pack, sequences
-from .layout import LayoutChoice
+from .policy import Policy, hidden_states, split_body_and_head
 from .prefix import attention_pair_weight, forward_cost, pack_shared, shared_with_previous, token_runs
 from .segments import pack_segments
-from .policy import Policy, hidden_states, split_body_and_head
 
 __all__ = [
     "LoraLearner", "LearnerOptions", "Policy", "Packed", "Sequence", "hidden_states", "pack", "pack_segments", "pack_shared", "sequences",
@@ -146,8 +146,8 @@ class LoraLearner:
     def pack(self, steps: list[Step]) -> Packed:
         """The steps' rollout token ids as tensors on the model's device (``max_train_len``
         applied): prefix-shared (``prefix_sharing``, where the model takes it) in this chunk's
-        ``layout`` ('masks' or 'segments': see ``prefix_layout``), else one padded row per step. The tokens that packs made by ``loss`` forward are counted in the
-        update's metrics."""
+        ``layout`` ('masks' or 'segments': see ``prefix_layout``), else one padded row per step. The
+        tokens that packs made by ``loss`` forward are counted in the update's metrics."""
         seqs = sequences(steps, self.options.max_train_len)
         if self.layout == "segments":
             packed = pack_segments(seqs, self.device, pair_weight=self.pair_weight, forward_cost=self.forward_cost)

@@ -53,8 +53,8 @@ def _warm_start_step(model: Any, tokenizer: Any, encoded: list[tuple[list[int], 
     # models and the runs measured on them stay valid under the same cache key.
     if all(len(cs) == 1 for _, cs in batch):
         return _one_answer_step(model, tokenizer, [(p, cs[0]) for p, cs in batch], opt)
-    from .prefix import pack_shared
     from .packing import Sequence
+    from .prefix import pack_shared
 
     seqs = [Sequence(p, c, []) for p, cs in batch for c in cs]
     weights = torch.tensor([1.0 / len(cs) for _, cs in batch for _ in cs])

@@ -14,11 +14,16 @@ import unstable_core
 from unstable_core import ConfigError, GenerationRequest, ModelRef, RunFailed, build_component
 
 sys.path.insert(0, str(Path(__file__).parent))
-from fake_api import Fault, FakeAPI  # noqa: E402
+from fake_api import FakeAPI, Fault  # noqa: E402
 
 import unstable_openai.plugin  # noqa: E402
 from unstable_openai.inference import (  # noqa: E402
-    ConnectionFailed, MalformedResponse, RateLimited, RequestRejected, RequestTimeout, ServerError,
+    ConnectionFailed,
+    MalformedResponse,
+    RateLimited,
+    RequestRejected,
+    RequestTimeout,
+    ServerError,
 )
 
 OPENAI = ("openai", unstable_openai.plugin)

@@ -52,9 +52,9 @@ def wait_until_playing(proc: subprocess.Popen, run_dir: Path, limit_s: float = 1
 
 
 def test_a_rollout_dying_past_max_restarts_ends_the_cli_run_with_exit_2_within_seconds(cluster, tmp_path):
-    from unstable_ray.testing import rollout_actor
-
     import ray
+
+    from unstable_ray.testing import rollout_actor
 
     proc, run_dir = start(tmp_path, cluster, "executor.max_restarts=0")
     try:

@@ -82,7 +82,7 @@ def test_without_a_shared_filesystem_replicas_serve_past_checkpoints_from_their_
     import asyncio
     import shutil
 
-    from unstable_core import GameSpec, EnvSpec, ModelRef, checkpoint_ref
+    from unstable_core import EnvSpec, GameSpec, ModelRef, checkpoint_ref
     from unstable_core.testing import toy_config, toy_plugin
     from unstable_ray.executor import RayExecutor
     from unstable_ray.options import RayOptions
@@ -100,7 +100,6 @@ def test_without_a_shared_filesystem_replicas_serve_past_checkpoints_from_their_
                 assert await rollout.set_policy(ckpt) == ckpt.version
             import os
 
-            import ray
             from ray.exceptions import RayActorError
 
             # the actor's process exits while serving this call: it is dead once the call fails

@@ -6,7 +6,7 @@ import asyncio
 import sys
 
 import unstable_core
-from unstable_core import build_role
+from unstable_core.executors import build_role
 from unstable_core.testing.executor import TOURNAMENT
 from unstable_ray.wire import Packed, pack, unpack, with_specs, without_specs
 

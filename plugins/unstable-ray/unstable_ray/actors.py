@@ -7,7 +7,7 @@ actor's event loop, so a rollout plays every game of its batches concurrently an
 
 A ``RoleHandle`` turns ``await handle.update(batch)`` into one actor call. An error the role
 raised comes back as itself (a ComponentError names its component, as with the local executor);
-an actor that died fails the run, naming the role and the cause. A ``RolloutHandle`` restarts a
+an actor that died fails the run, naming the role and the cause. A ``RolloutActorHandle`` restarts a
 dead rollout actor instead (up to the executor's ``max_restarts``), publishes the last checkpoint
 to the new one and plays the lost games again.
 """
@@ -27,7 +27,8 @@ from typing import Any
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
-from unstable_core import Checkpoint, RunFailed, build_role
+from unstable_core import Checkpoint, RunFailed
+from unstable_core.executors import build_role
 
 from . import wire
 
@@ -46,7 +47,7 @@ class RoleActor:
         """Build ``role`` of ``plan`` with the plugins ``plugins`` (a ``PluginRecipe``) loads."""
         self.role = build_role(role, plan, plugins.load())
         # what exists now (Ray's and the plugins' modules, models, tokenizers) lives as long as
-        # the actor: out of the collector's way, a rollout plays ~20 % faster (bench/ray_rollout.py)
+        # the actor: out of the collector's way (the gain: docs/performance.md, bench/ray_rollout.py)
         gc.freeze()
         return os.getpid()
 
@@ -145,7 +146,7 @@ class RoleHandle:
             ) from None
 
 
-class RolloutHandle(RoleHandle):
+class RolloutActorHandle(RoleHandle):
     """A rollout replica's handle: a dead actor is replaced, gets the current checkpoint, and the
     call it broke is made again (a batch of games is played again from the same specs)."""
 

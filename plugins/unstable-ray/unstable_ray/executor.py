@@ -24,9 +24,10 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from unstable_core import Checkpoint, RoleHandles, RunFailed, build_role
+from unstable_core import Checkpoint, RunFailed
+from unstable_core.executors import RoleHandles, build_role
 
-from .actors import RoleActor, RoleHandle, RolloutHandle, checkpoint_files, death, original
+from .actors import RoleActor, RoleHandle, RolloutActorHandle, checkpoint_files, death, original
 from .environment import prepare_local_cluster
 from .options import RayOptions, Resources
 
@@ -164,7 +165,7 @@ class RayExecutor:
             for name, resources in roles:
                 self.spawn(name, resources)
         self.build([name for name, _ in roles])
-        rollouts = [RolloutHandle(i, self.actors[f"rollout-{i}"], self) for i in range(self.options.rollout_replicas)]
+        rollouts = [RolloutActorHandle(i, self.actors[f"rollout-{i}"], self) for i in range(self.options.rollout_replicas)]
         learner = RoleHandle("learner", self.actors["learner"]) if plan.trains else None
         league, buffer = (build_role(r, plan, self.plugins) if r in self.options.in_driver else RoleHandle(r, self.actors[r])
                           for r in ("league", "buffer"))

@@ -1,6 +1,5 @@
-from unstable_hf.testing import LoraLearnerContract
-
 import unstable_reinforce.plugin as plugin
+from unstable_hf.testing import LoraLearnerContract
 
 
 class TestReinforceContract(LoraLearnerContract):

@@ -4,11 +4,10 @@ import json
 import random
 
 import unstable_core
-from unstable_core import load_plugins
-from unstable_core.testing import kill_after, restored_state, run_with_kills, start_run
-
 import unstable_hf.plugin as hf_plugin
 import unstable_reinforce.plugin as reinforce_plugin
+from unstable_core import load_plugins
+from unstable_core.testing import kill_after, restored_state, run_with_kills, start_run
 
 
 def test_two_updates_end_to_end(tiny_path, tmp_path):

@@ -5,10 +5,9 @@ from collections import Counter
 import pytest
 import trueskill
 
+import unstable_trueskill.plugin as plugin
 from unstable_core import Checkpoint, EnvSpec, ModelRef, ModelRegistry
 from unstable_core.testing import ModelSamplerContract, RaterContract, sample_result
-
-import unstable_trueskill.plugin as plugin
 from unstable_trueskill.plugin import RatingSampler, SamplerOptions, TrueSkillOptions, TrueSkillRater, softmax
 
 
@@ -138,9 +137,9 @@ def test_max_active_caps_checkpoints():
 
 
 def test_tournament_ranks_greedy_above_random(tmp_path):
-    from pathlib import Path
     import subprocess
     import sys
+    from pathlib import Path
 
     example = Path(__file__).resolve().parents[3] / "examples" / "trueskill-tournament.toml"
     run_dir = tmp_path / "run"

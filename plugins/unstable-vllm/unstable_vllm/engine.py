@@ -25,8 +25,9 @@ import tempfile
 import threading
 import uuid
 from collections import OrderedDict
+from collections.abc import Coroutine
 from concurrent.futures import Future
-from typing import Any, Coroutine, TypeVar
+from typing import Any, TypeVar
 
 from unstable_core import Completion, ModelRef
 
@@ -197,7 +198,7 @@ class Engine:
             self.plain_done.clear()
         try:
             final = None
-            async for final in self.llm.generate(TokensPrompt(prompt_token_ids=prompt_ids), params, uuid.uuid4().hex, lora_request=lora):
+            async for final in self.llm.generate(TokensPrompt(prompt_token_ids=prompt_ids), params, uuid.uuid4().hex, lora_request=lora):  # noqa: B007 (the last output is the final one)
                 pass
         finally:
             if plain:

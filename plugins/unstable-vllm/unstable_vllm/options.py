@@ -16,7 +16,8 @@ class VLLMInferenceOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="Weights dtype ('auto': the model's own; float32 for logprob parity with the learner).")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto",
+        description="Weights dtype ('auto': the model's own; float32 for logprob parity with the learner).")
     trust_remote_code: bool = Field(False, description="Let transformers run code shipped with the model (off unless you set it).")
     cache_dir: str | None = Field(None, description="Where 'tiny:' models are built (default $UNSTABLE_CACHE or ~/.cache/unstable).")
     max_tokens: int = Field(32, ge=1, description="Most tokens generated per completion.")
@@ -37,9 +38,12 @@ class VLLMInferenceOptions(BaseModel):
     tensor_parallel_size: int = Field(1, ge=1, description="GPUs one engine shards the model over.")
     max_model_len: int = Field(8192, ge=16, description="Longest prompt + completion in tokens.")
     max_num_seqs: int = Field(128, ge=1, description="Most sequences in one engine step (continuous batching).")
-    max_num_batched_tokens: int | None = Field(None, ge=16, description="Most tokens in one engine step (None: vLLM's choice; at least max_model_len when chunked prefill is off).")
+    max_num_batched_tokens: int | None = Field(None, ge=16,
+        description="Most tokens in one engine step (None: vLLM's choice; at least max_model_len when chunked prefill is off).")
     enable_chunked_prefill: bool | None = Field(
-        None, description="Split long prefills across steps. None: off on the CPU (a per-request seed crashes vLLM 0.32's CPU sampler there), vLLM's default elsewhere."
+        None,
+        description="Split long prefills across steps. None: off on the CPU (a per-request seed crashes vLLM 0.32's CPU sampler "
+        "there), vLLM's default elsewhere."
     )
     distributed_executor_backend: Literal["mp", "uni", "ray"] | None = Field(
         None, description="vLLM's executor of model workers (None: vLLM's choice; 'ray' for a multi-node engine). vLLM 0.32 always uses 'mp' on a CPU."

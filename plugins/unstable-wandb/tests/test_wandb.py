@@ -7,10 +7,9 @@ from pathlib import Path
 import pytest
 
 import unstable_core
+import unstable_wandb.plugin
 from unstable_core import hookimpl
 from unstable_core.testing import TrackerContract, toy_config, toy_plugin
-
-import unstable_wandb.plugin
 from unstable_wandb.offline import read_offline_runs as read_files
 from unstable_wandb.tracker import RUN_ID_FILE
 

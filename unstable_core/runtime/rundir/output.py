@@ -12,14 +12,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import ComponentError, UnstableError, describe_error
-from ..records import GameRecord, Record, TranscriptRecord
-from ..state import load_into, state_of
-from ..types import GameResult
+from ...errors import ComponentError, UnstableError, describe_error
+from ...records import GameRecord, Record, TranscriptRecord
+from ...state import load_into, state_of
+from ...types import GameResult
+from ..building import Builder
+from ..driver.stats import anchor_seat
+from ..plan import RunPlan
+from ..seeds import derive_seed, unit_hash
 from .jsonio import json_line, write_json_atomic
-from .plan import Builder, RunPlan
-from .runner import derive_seed, unit_hash
-from .stats import anchor_seat
 
 TRANSCRIPT_TEXT_LIMIT = 2000
 RUN_MARKERS = ("config.json", "metrics.jsonl", "registry.json")

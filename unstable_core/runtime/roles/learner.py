@@ -8,10 +8,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from ..errors import ComponentError
-from ..state import load_into, state_of
-from ..types import Batch, Checkpoint
-from .plan import Builder, RunPlan, guarded
+from ...errors import ComponentError
+from ...state import load_into, state_of
+from ...types import Batch, Checkpoint
+from ..building import Builder, guarded
+from ..plan import RunPlan
 
 
 class LearnerRole:
@@ -19,14 +20,7 @@ class LearnerRole:
         self.builder = builder = Builder(plan, system)
         self.learner = builder.build("learner")
         self.label = builder.label("learner")
-        spec = system.get("learner", plan.recipes["learner"].name)
-        self.blocking = spec.blocking
-        choice = plan.config.training.filter_zero_advantage
-        #: whether the driver drops zero-advantage steps before an update
-        self.drop_zero_advantage = spec.drop_zero_advantage if choice is None else choice
-
-    async def settings(self) -> dict[str, Any]:
-        return {"drop_zero_advantage": self.drop_zero_advantage}
+        self.blocking = builder.spec("learner").blocking
 
     async def update(self, batch: Batch) -> dict[str, float]:
         if self.blocking:

@@ -14,8 +14,8 @@ from pydantic_core import PydanticSerializationError, to_json
 def write_json_atomic(path: str | os.PathLike[str], data: Any, durable: bool = True) -> None:
     """Write JSON to a temp file in the same folder, then rename it over the target: a process
     killed at any moment leaves the old file or the new one, whole. ``durable`` also fsyncs the
-    file before the rename, so that it survives a power cut or an OS crash (0.2-2 ms, more on a
-    busy disk): what a resume reads needs it; a file that is only a view of state saved elsewhere
+    file before the rename, so that it survives a power cut or an OS crash (it costs a disk
+    flush): what a resume reads needs it; a file that is only a view of state saved elsewhere
     does not."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -35,8 +35,8 @@ def write_json_atomic(path: str | os.PathLike[str], data: Any, durable: bool = T
 
 def _indented(data: Any) -> str:
     """Indented JSON, keys in their order, NaN and infinities written as ``json.dumps`` does.
-    pydantic-core's serializer: ``json.dumps`` with ``indent`` runs its pure-Python encoder, 10x
-    slower (0.1 ms a run file); text it cannot encode (lone surrogates) goes through it."""
+    pydantic-core's serializer: ``json.dumps`` with ``indent`` runs its pure-Python encoder; text
+    the serializer cannot encode (lone surrogates) goes through ``json.dumps``."""
     try:
         return to_json(data, indent=2, inf_nan_mode="constants").decode()
     except PydanticSerializationError:
@@ -59,9 +59,9 @@ def fsync_path(path: str | os.PathLike[str]) -> None:
 def json_line(record: Any) -> str:
     """One JSON line (with its newline). Unknown objects are written as ``str(obj)``.
 
-    pydantic-core's serializer is 4-5x faster than ``json.dumps`` on the small records a run logs
-    for every game; text it cannot encode (lone surrogates from a garbage completion) falls back
-    to ``json.dumps``, which escapes them."""
+    pydantic-core's serializer, for the small records a run logs for every game (cheaper than
+    ``json.dumps``: docs/performance.md); text it cannot encode (lone surrogates from a garbage
+    completion) falls back to ``json.dumps``, which escapes them."""
     try:
         return to_json(record, fallback=str).decode() + "\n"
     except PydanticSerializationError:

@@ -11,12 +11,14 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from ..errors import ComponentError
-from ..state import load_into, rng_state, set_rng_state, state_of
-from ..types import Checkpoint, CheckpointContext, EnvSpec, GameEndContext, GameResult, GameSpec, ModelRef, _trusted
-from .plan import Builder, RunPlan, guarded
+from ...basemodel import trusted
+from ...errors import ComponentError
+from ...state import load_into, rng_state, set_rng_state, state_of
+from ...types import Checkpoint, CheckpointContext, EnvSpec, GameEndContext, GameResult, GameSpec, ModelRef
+from ..building import Builder, guarded
+from ..plan import RunPlan
+from ..seeds import derive_seed, index_seed
 from .registry import ModelRegistry
-from .runner import derive_seed, index_seed
 
 
 class League:
@@ -113,7 +115,7 @@ class League:
         }
         if type(env) is not EnvSpec:  # a subclass from a plugin: validated
             return GameSpec.of(data)
-        return _trusted(GameSpec, data)  # every value checked above
+        return trusted(GameSpec, data)  # every value checked above
 
     async def eval_specs(self, step: int) -> tuple[ModelRef | None, list[GameSpec]]:
         """The evaluation games of the current model against every fixed opponent on every

@@ -18,7 +18,8 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
-from typing import Any, Callable, Literal, TypeVar
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar
 
 T = TypeVar("T")
 

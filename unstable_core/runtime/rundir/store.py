@@ -16,7 +16,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from ..errors import UnstableError
+from ...errors import UnstableError
 from .jsonio import fsync_path, write_json_atomic
 
 TENSOR = "__tensor__"

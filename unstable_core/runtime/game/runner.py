@@ -5,58 +5,24 @@ in flight together) -> completion -> extracted action -> env step. Any exception
 backend fails that game with its reason; it never escapes.
 
 Each value a component hands back is checked once: one of its field's exact type is used as it is
-and the game's objects are built without validating again (``types._trusted``); any other value
+and the game's objects are built without validating again (``basemodel.trusted``); any other value
 goes through pydantic validation, which coerces it or fails the game naming the field.
 """
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic import ValidationError
 
-from ..errors import RunFailed, describe_error
-from ..types import Completion, GameResult, GameSpec, GenerationRequest, PlayerTrajectory, Turn, _trusted
+from ...basemodel import trusted
+from ...errors import RunFailed, describe_error
+from ...types import Completion, GameResult, GameSpec, GenerationRequest, PlayerTrajectory, Turn
+from ..seeds import turn_seed
 from .envcalls import EnvCalls
 from .lockstep import Lockstep
-
-
-def derive_seed(*parts: Any) -> int:
-    """A 31-bit seed determined by the parts (stable across processes and Python versions)."""
-    digest = hashlib.blake2b(":".join(map(str, parts)).encode(), digest_size=4).digest()
-    return int.from_bytes(digest, "big") & 0x7FFFFFFF
-
-
-def turn_seed(game_seed: int, turn: int) -> int:
-    """Sampling seed of one turn: distinct per turn, determined by the game seed (cheap: it runs
-    for every turn)."""
-    return (game_seed * 1_000_003 + turn * 7_919 + 1) & 0x7FFFFFFF
-
-
-_M64 = 0xFFFFFFFFFFFFFFFF
-
-
-def _mix64(key: int, n: int) -> int:
-    """64 well-mixed bits from (key, n): the splitmix64 finalizer, a few integer operations."""
-    z = (key * 0x9E3779B97F4A7C15 + n * 0xBF58476D1CE4E5B9 + 1) & _M64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
-    return z ^ (z >> 31)
-
-
-def index_seed(key: int, n: int) -> int:
-    """The 31-bit seed of item `n` (a game index) of a stream keyed by ``derive_seed(...)``:
-    as reproducible as ``derive_seed(seed, n)`` and ten times cheaper, for per-game use."""
-    return _mix64(key, n) >> 33
-
-
-def unit_hash(key: int, n: int) -> float:
-    """A number in [0, 1) determined by (key, n), spread like a uniform draw (e.g. whether to keep
-    game n's transcript)."""
-    return (_mix64(key, n) >> 11) / 9007199254740992.0
 
 
 class GameRunner:
@@ -86,7 +52,7 @@ class GameRunner:
         infos: list[dict[str, Any]] = [{} for _ in seats]
         rewards: dict[int, float] = {}
         outcome, error = "finished", None
-        env = None
+        env: Any = None
         turns = 0
         exact = True  # every value from a component had its field's exact type
         try:
@@ -123,16 +89,16 @@ class GameRunner:
                 if not 0 <= pid < n:
                     raise RuntimeError(f"environment asked player {pid} to act; the table has {n} seats")
                 prompt = render(observation, tokenizer=tokenizers[pid])
-                request = {
+                fields = {
                     "model": seats[pid], "prompt": prompt, "observation": observation, "env_id": env_id,
                     "player_id": pid, "seed": turn_seed(seed, turns),
                 }
                 # the env's and template's values are used as they are when their types are
                 # exact; anything else is validated (coerced, or the game fails naming the field)
                 if type(prompt) is str and type(observation) is str and type(pid) is int:
-                    request = _trusted(GenerationRequest, request)
+                    request = trusted(GenerationRequest, fields)
                 else:
-                    request = GenerationRequest.of(request)
+                    request = GenerationRequest.of(fields)
                     exact = False
                 if lockstep is not None:
                     await lockstep.turn((spec.game_idx, spec.seed))
@@ -189,7 +155,7 @@ class GameRunner:
                     env.close()
                 except Exception:
                     pass
-        trajectories = [
+        trajectories: list[dict[str, Any]] = [
             {"player_id": i, "model": ref, "turns": turn_lists[i], "final_reward": rewards.get(i, 0.0), "info": infos[i]}
             for i, ref in enumerate(seats)
         ]
@@ -200,9 +166,9 @@ class GameRunner:
         if exact:
             # every value is validated or of its field's exact type: build without validating again
             for trajectory in trajectories:
-                trajectory["turns"] = [_trusted(Turn, t) for t in trajectory["turns"]]
-            result["trajectories"] = [_trusted(PlayerTrajectory, t) for t in trajectories]
-            return _trusted(GameResult, result)
+                trajectory["turns"] = [trusted(Turn, t) for t in trajectory["turns"]]
+            result["trajectories"] = [trusted(PlayerTrajectory, t) for t in trajectories]
+            return trusted(GameResult, result)
         try:
             return GameResult.of(result)  # one validation: the result with its trajectories and turns
         except ValidationError as exc:  # a component handed back a malformed value: the game fails

@@ -2,17 +2,19 @@
 
 ``add(results)`` turns each finished game into steps with the final and step transforms applied
 (by the core, so a third-party buffer cannot forget them) and stores them; ``draw(n, version)``
-takes steps out and applies the sampling transforms.
+takes steps out, applies the sampling transforms and drops the steps the learner declared
+useless (``LearnerSpec.drop_zero_advantage``, overridden by ``training.filter_zero_advantage``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..errors import ComponentError
-from ..state import load_into, state_of
-from ..types import Batch, GameResult, Step
-from .plan import Builder, RunPlan, guarded
+from ...errors import ComponentError
+from ...state import load_into, state_of
+from ...types import Batch, GameResult, Step
+from ..building import Builder, guarded
+from ..plan import RunPlan
 from .rewards import RewardPipelines
 
 
@@ -21,12 +23,15 @@ class BufferRole:
         self.builder = builder = Builder(plan, system)
         reward = plan.config.reward
         keys = [[f"reward.{stage}.{i}" for i in range(len(getattr(reward, stage)))] for stage in ("final", "step", "sampling")]
-        self.rewards = RewardPipelines(
-            *[[builder.build(key) for key in stage] for stage in keys], labels=[builder.label(k) for stage in keys for k in stage]
-        )
+        final, step, sampling = ([builder.build(key) for key in stage] for stage in keys)
+        self.rewards = RewardPipelines(final, step, sampling, labels=[builder.label(k) for stage in keys for k in stage])
         self.buffer = builder.build("buffer")
         self.label = builder.label("buffer")
         self._capacity = int(self.buffer.capacity)
+        choice = plan.config.training.filter_zero_advantage
+        declared = plan.trains and builder.spec("learner").drop_zero_advantage
+        #: whether a drawn batch keeps only the steps with a nonzero reward (advantage)
+        self.drop_zero_advantage = declared if choice is None else choice
 
     async def add(self, results: list[GameResult]) -> int:
         """Store the trained seats of the finished training games; return the steps stored."""
@@ -44,7 +49,10 @@ class BufferRole:
         if not isinstance(steps, list) or not all(isinstance(s, Step) for s in steps):
             raise ComponentError(f"{self.label}: draw returned {type(steps).__name__}; expected a list of Step")
         steps = self.rewards.sampling(steps)
-        return Batch(steps=steps, learner_version=learner_version)
+        if not self.drop_zero_advantage:
+            return Batch(steps=steps, learner_version=learner_version)
+        keep = [s for s in steps if s.reward != 0.0]
+        return Batch(steps=keep, learner_version=learner_version, dropped=len(steps) - len(keep))
 
     async def capacity(self) -> int:
         return self._capacity

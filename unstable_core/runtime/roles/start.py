@@ -1,44 +1,39 @@
-"""The four roles of a run, by name, and how an executor builds one where it runs."""
+"""The four roles of a run, by name; how an executor builds one where it runs (``build_role``);
+and how the driver has the executor start them without blocking its event loop."""
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
 import threading
-from dataclasses import dataclass
-from typing import Any
 
+from ...errors import PluginError
+from ...executors import RoleHandles
+from ...plugins import PluginSystem
+from ...protocols import Executor
+from ..plan import RunPlan
+from .buffer import BufferRole
 from .league import League
-from .learning import LearnerRole
-from .plan import RunPlan
-from .replay import BufferRole
+from .learner import LearnerRole
 from .rollout import Rollout
 
-ROLES: dict[str, type] = {"league": League, "rollout": Rollout, "buffer": BufferRole, "learner": LearnerRole}
+ROLES: dict[str, type[League | Rollout | BufferRole | LearnerRole]] = {"league": League, "rollout": Rollout, "buffer": BufferRole, "learner": LearnerRole}
 
 
-def build_role(role: str, plan: RunPlan, plugins: Any) -> Any:
+def build_role(role: str, plan: RunPlan, plugins: PluginSystem) -> League | Rollout | BufferRole | LearnerRole:
     """Build one role of ``plan`` in this process, from its recipes, with ``plugins`` (the
     process's ``PluginSystem``). Executors call this where the role runs."""
     return ROLES[role](plan, plugins)
 
 
-@dataclass
-class RoleHandles:
-    """What an executor's ``start(plan)`` returns: handles whose methods the driver awaits (the
-    role objects themselves with the local executor)."""
-
-    league: Any
-    rollouts: list[Any]
-    buffer: Any
-    learner: Any | None = None
-
-
-async def start_roles(executor: Any, plan: RunPlan) -> RoleHandles:
+async def start_roles(executor: Executor, plan: RunPlan, label: str = "executor") -> RoleHandles:
     """``executor.start(plan)`` in a thread of its own: building the roles may load or build
     models for minutes, and the event loop must handle Ctrl-C meanwhile. A run stopped while its
     roles are built does not wait for the build (as ``asyncio.to_thread`` would, its thread pool
-    being joined when the loop closes): the thread goes on alone, and shuts down what it built."""
+    being joined when the loop closes): the thread goes on alone, and shuts down what it built.
+
+    What the executor returns is checked against the role protocols (``RoleHandles.problems``);
+    ``label`` names the executor in the error."""
     built: concurrent.futures.Future[RoleHandles] = concurrent.futures.Future()
 
     def build() -> None:
@@ -57,20 +52,17 @@ async def start_roles(executor: Any, plan: RunPlan) -> RoleHandles:
 
     threading.Thread(target=build, name="unstable-start-roles", daemon=True).start()
     try:
-        return await asyncio.wrap_future(built)
+        roles = await asyncio.wrap_future(built)
     except asyncio.CancelledError:
         # either the build is still going (cancelled here: the thread shuts down what it builds)
         # or it has just ended (its roles are shut down here)
         if not built.cancel() and built.exception() is None:
             executor.shutdown()
         raise
-
-
-def first_error(group: BaseExceptionGroup) -> BaseException:
-    """The first error in a (nested) exception group that is not a cancellation."""
-    for exc in group.exceptions:
-        if isinstance(exc, BaseExceptionGroup):
-            exc = first_error(exc)
-        if not isinstance(exc, asyncio.CancelledError):
-            return exc
-    return group.exceptions[0]
+    if not isinstance(roles, RoleHandles):
+        raise PluginError(f"{label}: start() returned {type(roles).__name__}; expected RoleHandles")
+    problems = roles.problems()
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise PluginError(f"{label}: start() returned handles that break the role contract: {problems[0]}{more}")
+    return roles

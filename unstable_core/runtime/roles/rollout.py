@@ -10,13 +10,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from ..errors import RunFailed
-from ..types import Checkpoint, GameResult, GameSpec
-from .eager import eager
-from .envcalls import EnvCalls
-from .lockstep import Lockstep
-from .plan import Builder, RunPlan, guarded
-from .runner import GameRunner
+from ...errors import RunFailed
+from ...types import Checkpoint, GameResult, GameSpec
+from ..building import Builder, guarded
+from ..game.eager import eager
+from ..game.envcalls import EnvCalls
+from ..game.lockstep import Lockstep
+from ..game.runner import GameRunner
+from ..plan import RunPlan
 
 
 class Rollout:
@@ -37,7 +38,8 @@ class Rollout:
             self.lockstep,
         )
         # build every backend a seat can name now: a broken one fails before the first game
-        for ref in [o.ref() for o in cfg.opponents] + ([cfg.model_ref()] if cfg.model is not None else []):
+        base = cfg.model_ref()
+        for ref in [o.ref() for o in cfg.opponents] + ([base] if base is not None else []):
             self.backend(ref.backend)
 
     def template(self, name: str) -> Any:

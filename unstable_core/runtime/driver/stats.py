@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..records import EvalRecord
-from ..types import GameResult, GameSpec
+from ...records import EvalRecord
+from ...types import GameResult, GameSpec
 
 
 def anchor_seat(game: GameSpec) -> int:

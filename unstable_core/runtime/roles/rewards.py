@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import ComponentError, describe_error
-from ..types import GameResult, Step
+from ...errors import ComponentError, describe_error
+from ...types import GameResult, Step
 
 
 class RewardPipelines:

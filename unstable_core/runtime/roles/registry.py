@@ -7,8 +7,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..types import Checkpoint, GameResult, ModelRef
-from .jsonio import write_json_atomic
+from ...types import Checkpoint, GameResult, ModelRef
+from ..rundir.jsonio import write_json_atomic
 
 
 @dataclass

@@ -1,0 +1,140 @@
+"""Whole-config validation against the installed plugins, in one place: every chosen component
+looked up and its options validated by the plugin's own model (``resolve_components``), then
+each component's, environment's and model's own checks (``check_run``). Every problem is
+reported at once, so a user fixes them all in one go. (The config's own shape is checked by
+pydantic in ``config.py``.)"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ValidationError
+
+from .config import RunConfig
+from .config_loading import format_validation_error
+from .errors import ConfigError, UnknownComponentError, UnstableError, describe_error
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .plugins import PluginSystem
+
+
+def validate_options(spec: Any, options: Mapping[str, Any], source: str, key: str) -> BaseModel:
+    """Validate one component's options with its own model; errors name the key path."""
+    try:
+        return spec.config.model_validate(dict(options))
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, source, prefix=key, model=spec.config)) from None
+
+
+def resolve_components(cfg: RunConfig, system: PluginSystem, source: str = "<config>") -> dict[str, tuple[Any, BaseModel]]:
+    """Look every chosen component up in the catalog and validate its options.
+
+    Returns key path -> (spec, validated options). Raises ConfigError / UnknownComponentError
+    with every problem found, so a user fixes them all at once.
+    """
+    resolved: dict[str, tuple[Any, BaseModel]] = {}
+    problems: list[str] = []
+    for key, kind, choice in cfg.component_choices():
+        try:
+            spec = system.get(kind, choice.name)
+        except UnknownComponentError as exc:
+            problems.append(f"{source}: {key}.name: {exc}")
+            continue
+        stage = key.split(".")[1] if key.startswith("reward.") else None
+        spec_stage = getattr(spec, "stage", None)
+        if stage is not None and spec_stage != stage:
+            problems.append(f"{source}: {key}.name: {choice.name!r} is a {spec_stage} transform, not a {stage} one")
+            continue
+        try:
+            resolved[key] = (spec, validate_options(spec, choice.options, source, key))
+        except ConfigError as exc:
+            problems.append(str(exc))
+    # templates named by environments
+    for i, env in enumerate(cfg.train_envs):
+        _check_template(system, env.template, f"{source}: train_envs.{i}.template", problems)
+    for i, env in enumerate(cfg.eval_envs or []):
+        _check_template(system, env.template, f"{source}: eval_envs.{i}.template", problems)
+    # backends named by the model and opponents
+    refs = [(f"opponents.{i}.backend", o.backend) for i, o in enumerate(cfg.opponents)]
+    ref = cfg.model_ref()
+    if ref is not None:
+        refs.append(("model.backend", ref.backend))
+    for key, backend in refs:
+        try:
+            system.get("inference", backend)
+        except UnknownComponentError as exc:
+            problems.append(f"{source}: {key}: {exc}")
+    for name, opts in cfg.backends.items():
+        try:
+            spec = system.get("inference", name)
+            validate_options(spec, opts, source, f"backends.{name}")
+        except (UnknownComponentError, ConfigError) as exc:
+            problems.append(str(exc) if isinstance(exc, ConfigError) else f"{source}: backends.{name}: {exc}")
+    if problems:
+        raise ConfigError("\n".join(dict.fromkeys(problems)))
+    return resolved
+
+
+def _check_template(system: PluginSystem, name: str, where: str, problems: list[str]) -> None:
+    try:
+        system.get("template", name)
+    except UnknownComponentError as exc:
+        problems.append(f"{where}: {exc}")
+
+
+def check_run(cfg: RunConfig, system: Any, source: str = "<config>") -> dict[str, tuple[Any, BaseModel]]:
+    """Everything that can be checked without playing: the components and their options
+    (``resolve_components``), each component's options against the rest of the run (its
+    ``check_run``), every environment (its provider's ``check_env``), every model
+    (its backend's ``check_model`` and per-model ``options``). Raises one ConfigError listing
+    every problem."""
+    resolved = resolve_components(cfg, system, source)
+    problems: list[str] = []
+    env_spec, env_options = resolved["env"]
+    if env_spec.check_env is not None:
+        seen: set[str] = set()
+        envs = [("train_envs", i, e) for i, e in enumerate(cfg.train_envs)]
+        envs += [("eval_envs", i, e) for i, e in enumerate(cfg.eval_envs or [])]
+        for section, i, env in envs:
+            key = env.model_dump_json(include={"env_id", "num_players", "kwargs"})
+            if key in seen:
+                continue
+            seen.add(key)
+            try:
+                env_spec.check_env(env, env_options)
+            except UnstableError:
+                raise
+            except Exception as exc:  # a ValueError is the provider's own message
+                reason = str(exc) if isinstance(exc, ValueError) and str(exc) else describe_error(exc)
+                problems.append(f"{source}: {section}.{i}: {reason}")
+    chosen = {key: opts for key, (_, opts) in resolved.items()}
+    for key, (spec, opts) in resolved.items():
+        if spec.check_run is not None:
+            try:
+                spec.check_run(opts, chosen)
+            except Exception as exc:
+                problems.append(f"{source}: {key}: {exc if isinstance(exc, ValueError) else describe_error(exc)}")
+    refs = [(f"opponents.{i}", o.ref()) for i, o in enumerate(cfg.opponents)]
+    base = cfg.model_ref()
+    if base is not None:
+        refs.append(("model", base))
+    for key, ref in refs:
+        spec = system.get("inference", ref.backend)
+        try:
+            spec.model_options.model_validate(ref.options)
+        except ValidationError as exc:
+            problems.append(format_validation_error(exc, source, prefix=f"{key}.options", model=spec.model_options))
+        if spec.check_model is not None:
+            try:
+                spec.check_model(ref)
+            except Exception as exc:
+                problems.append(f"{source}: {key}: {exc}")
+    if base is not None and cfg.learner is not None and not system.get("inference", base.backend).serves_checkpoints:
+        problems.append(f"{source}: model: backend {base.backend!r} serves fixed models only and cannot load the learner's "
+                        "checkpoints: serve the trained model with a backend that can (hf, vllm); use this one for opponents")
+    if base is not None and base.uid in {o.uid for o in cfg.opponents}:
+        problems.append(f"{source}: model.uid {base.uid!r} is also an opponent uid")
+    if problems:
+        raise ConfigError("\n".join(problems))
+    return resolved

@@ -1,0 +1,175 @@
+"""What an executor author needs: the run's plan, the four role handles the driver awaits, and
+how to build a role where it runs.
+
+An executor is placement only. ``Executor.start(plan)`` builds the roles of a ``RunPlan`` where
+they run (``build_role(role, plan, plugins)`` in that process) and returns ``RoleHandles``: one
+handle per role whose methods are exactly the coroutines below. The driver awaits them and
+nothing else, so these protocols are the whole contract between the driver and an executor
+(``ExecutorContract`` checks an executor's handles against them). With the ``local`` executor
+the handles are the role objects themselves; ``unstable-ray`` hands out actor proxies.
+
+    from unstable_core.executors import RoleHandles, build_role
+
+    class MyExecutor:
+        def start(self, plan):
+            league = build_role("league", plan, self.plugins)
+            ...
+            return RoleHandles(league=league, rollouts=[...], buffer=..., learner=...)
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .plugins import PluginRecipe
+    from .runtime.plan import Recipe, RunPlan
+    from .runtime.roles.start import build_role
+    from .types import Batch, Checkpoint, GameResult, GameSpec, ModelRef
+
+
+@runtime_checkable
+class StatefulRole(Protocol):
+    """A role whose state a run snapshot holds (resume loads it into a freshly built role)."""
+
+    async def state_dict(self) -> dict[str, Any]: ...
+
+    async def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+@runtime_checkable
+class LeagueHandle(StatefulRole, Protocol):
+    """The league: model registry, rater, env sampler and model sampler."""
+
+    async def schedule(self, n: int, mode: str) -> list[GameSpec]:
+        """``n`` game specs of ``mode`` ("train" or "tournament"): fewer (or none) when a
+        tournament is used up."""
+        ...
+
+    async def record(self, results: list[GameResult]) -> None:
+        """Take finished games in: match counts, ratings, the subscribed components' hooks."""
+        ...
+
+    async def add_checkpoint(self, checkpoint: Checkpoint) -> ModelRef:
+        """Register a learner checkpoint; it becomes the current model."""
+        ...
+
+    async def current(self) -> ModelRef | None:
+        """The model being trained, at its latest checkpoint (None in a tournament)."""
+        ...
+
+    async def fixed(self) -> list[ModelRef]:
+        """The fixed opponents (the evaluation's opponents)."""
+        ...
+
+    async def eval_specs(self, step: int) -> tuple[ModelRef | None, list[GameSpec]]:
+        """The evaluated model and the games of the evaluation round at learner step ``step``."""
+        ...
+
+    async def snapshot(self) -> dict[str, Any]:
+        """The registry as JSON (models, counts, pairs, current) with the rater's ``ratings``."""
+        ...
+
+
+@runtime_checkable
+class RolloutHandle(Protocol):
+    """One rollout replica: env provider, templates, inference backends and the game runner."""
+
+    async def play(self, specs: list[GameSpec]) -> list[GameResult]:
+        """Play the games concurrently; results in the specs' order; a game that raises fails
+        with its reason, never the batch."""
+        ...
+
+    async def set_policy(self, checkpoint: Checkpoint) -> int:
+        """Serve ``checkpoint`` in the trained model's backend; return the version it serves."""
+        ...
+
+
+@runtime_checkable
+class BufferHandle(StatefulRole, Protocol):
+    """The reward pipelines and the buffer."""
+
+    async def add(self, results: list[GameResult]) -> int:
+        """Store the trained seats of finished training games (final and step transforms
+        applied); return the steps stored."""
+        ...
+
+    async def draw(self, n: int, learner_version: int) -> Batch:
+        """Take ``n`` steps out, sampling transforms applied, and drop the steps the learner
+        declared useless (``LearnerSpec.drop_zero_advantage``), counted in ``Batch.dropped``."""
+        ...
+
+    async def size(self) -> int: ...
+
+    async def capacity(self) -> int: ...
+
+
+@runtime_checkable
+class LearnerHandle(StatefulRole, Protocol):
+    """The learner."""
+
+    async def update(self, batch: Batch) -> dict[str, float]:
+        """One policy update; return its metrics (numbers only)."""
+        ...
+
+    async def save(self, directory: str, uid: str) -> Checkpoint:
+        """Write the current policy as checkpoint ``uid`` under ``directory``."""
+        ...
+
+
+#: role name -> the protocol its handle satisfies
+ROLE_PROTOCOLS: dict[str, type] = {
+    "league": LeagueHandle, "rollout": RolloutHandle, "buffer": BufferHandle, "learner": LearnerHandle,
+}
+
+
+@dataclass
+class RoleHandles:
+    """What ``Executor.start(plan)`` returns: the handles whose methods the driver awaits."""
+
+    league: LeagueHandle
+    rollouts: list[RolloutHandle]
+    buffer: BufferHandle
+    learner: LearnerHandle | None = None
+
+    def problems(self) -> list[str]:
+        """What in these handles breaks the contract: a missing replica, a handle that lacks a
+        protocol's method or offers it as a plain function (the driver awaits every call)."""
+        import inspect
+
+        found: list[str] = []
+        if not self.rollouts:
+            found.append("rollouts: no rollout replica")
+        handles: list[tuple[str, str, object]] = [("league", "league", self.league), ("buffer", "buffer", self.buffer)]
+        handles += [(f"rollouts[{i}]", "rollout", r) for i, r in enumerate(self.rollouts)]
+        if self.learner is not None:
+            handles.append(("learner", "learner", self.learner))
+        for where, role, handle in handles:
+            protocol = ROLE_PROTOCOLS[role]
+            for method in sorted(m for m in dir(protocol) if not m.startswith("_")):
+                fn = getattr(handle, method, None)
+                if fn is None:
+                    found.append(f"{where}: {type(handle).__name__} has no {method}() of {protocol.__name__}")
+                elif not inspect.iscoroutinefunction(fn):
+                    found.append(f"{where}: {type(handle).__name__}.{method} is not a coroutine function "
+                                 f"({protocol.__name__} methods are awaited)")
+        return found
+
+
+_LAZY = {"RunPlan": "runtime.plan", "Recipe": "runtime.plan", "build_role": "runtime.roles.start",
+         "PluginRecipe": "plugins"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"unstable_core.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+__all__ = ["LeagueHandle", "RolloutHandle", "BufferHandle", "LearnerHandle", "ROLE_PROTOCOLS", "RoleHandles",
+           "RunPlan", "Recipe", "build_role", "PluginRecipe"]

@@ -1,0 +1,121 @@
+"""A whole run, in order: the one place that tells what happens from start to end.
+
+    start:  run directory (refused if it holds a run, unless resuming) -> the snapshot to go on
+            from -> trackers -> executor -> config.json, plugins.json, the start record ->
+            the executor starts the roles (in a thread: models may load for minutes) ->
+            restore the snapshot -> registry.json -> ``unstable_run_start``
+    drive:  ``Driver.drive`` (driver.py): training or a tournament
+    end:    whatever happened: the last ingest settles -> final summary and ratings ->
+            registry.json -> the end record -> trackers closed -> executor shut down ->
+            ``unstable_run_end`` -> a ``RunResult``
+
+``Run`` (api.py) is the façade around it: signals, the event loop, ``stop()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from ...errors import ComponentError, RunFailed, describe_error
+from ...executors import RoleHandles
+from ...plugins import PluginSystem
+from ...protocols import Executor
+from ...records import EndRecord, EvalRecord, StartRecord
+from ...result import RunResult, RunStatus
+from ...types import RunEndContext, RunStartContext
+from ..building import Builder
+from ..plan import RunPlan
+from ..roles.start import start_roles
+from ..rundir.output import RunOutput, prepare_run_dir
+from ..rundir.store import read_latest
+from .driver import Driver
+from .state import RunContext
+
+
+class RunSteps:
+    """One run of ``plan`` from start to end (``execute``); ``roles`` and ``driver`` once built."""
+
+    def __init__(self, plan: RunPlan, plugins: PluginSystem, resume: bool) -> None:
+        self.plan = plan
+        self.plugins = plugins
+        self.resume = resume
+        self.executor: Executor | None = None
+        self.roles: RoleHandles | None = None
+        self.driver: Driver | None = None
+        self.result = RunResult(status="interrupted", run_dir=plan.run_dir)
+
+    async def execute(self) -> RunResult:
+        plan, plugins = self.plan, self.plugins
+        prepare_run_dir(plan.run_dir, resume=self.resume)
+        snapshot = read_latest(plan.run_dir) if self.resume else None  # before anything is written
+        output = RunOutput(plan, plugins)
+        status: RunStatus = "completed"
+        error: str | None = None
+        try:
+            builder = Builder(plan, plugins)
+            self.executor = executor = builder.build("executor")
+            output.write_json("config.json", {"config": plan.config.model_dump(mode="json"),
+                                              "components": {k: {"name": r.name, **r.options} for k, r in plan.recipes.items()}})
+            records = [r.as_dict() for r in plugins.plugin_records()]
+            output.write_json("plugins.json", records)
+            c = plan.config
+            start = StartRecord(name=c.name, mode="train" if plan.trains else "tournament", run_dir=plan.run_dir,
+                                total=c.training.learning_steps if plan.trains else c.collection.tournament_games,
+                                resumed=snapshot is not None, config=c.model_dump(mode="json"), plugins=records)
+            if snapshot is None:  # a resumed run's log is cut back to its snapshot first
+                output.log(start)
+            self.roles = roles = await start_roles(executor, plan, builder.label("executor"))
+            run = RunContext(cfg=plan.config, run_dir=plan.run_dir, roles=roles, out=output, system=plugins)
+            self.driver = driver = Driver(run, await roles.buffer.capacity())
+            if snapshot is not None:
+                await driver.snapshots.restore(*snapshot)
+                output.log(start.model_copy(update={"step": run.state.step, "time": output.now()}))
+            output.write_json("registry.json", await roles.league.snapshot())
+            plugins.call_lifecycle("unstable_run_start", ctx=RunStartContext(
+                run_dir=plan.run_dir, config=plan.config.model_dump(mode="json"), plugins=records))
+            await driver.drive()
+            state = run.state
+            if state.games_played and sum(state.failures.values()) == state.games_played:
+                raise RunFailed(f"every game failed ({state.games_played}); failures by reason: {dict(state.failures)}")
+        except asyncio.CancelledError:
+            status = "interrupted"
+            raise
+        except BaseException as exc:
+            status, error = "failed", describe_error(exc)
+            raise
+        finally:
+            self.result = await self.finish(output, status, error)
+        return self.result
+
+    async def finish(self, output: RunOutput, status: RunStatus, error: str | None) -> RunResult:
+        """Flush everything, whatever happened; a failure here does not hide the first one."""
+        steps = games = 0
+        records: list[EvalRecord] = []
+        driver = self.driver
+        if driver is not None:
+            try:
+                await driver.collector.settled()
+                await driver.reporter.summary()  # with the final ratings record
+                output.write_json("registry.json", await driver.run.roles.league.snapshot())
+            except Exception:
+                if status == "completed":
+                    raise
+            steps, games, records = driver.state.step, driver.state.games_played, driver.state.eval_records
+        close_errors = []
+        try:
+            output.log(EndRecord(step=steps, time=output.now(), status=status, games=games, error=error))
+        except ComponentError as exc:
+            close_errors.append(str(exc))
+        close_errors += output.close()
+        if self.executor is not None:
+            self.executor.shutdown()
+        end = RunEndContext(run_dir=self.plan.run_dir, learner_steps=steps, games_played=games, status=status, error=error)
+        try:
+            self.plugins.call_lifecycle("unstable_run_end", ctx=end)
+        except ComponentError:
+            if status == "completed":
+                raise  # otherwise the first failure is the one to report
+        if close_errors and status == "completed":
+            raise RunFailed("; ".join(close_errors))
+        return RunResult(status=status, run_dir=self.plan.run_dir, learner_steps=steps, games_played=games,
+                         eval_records=records, error=error)

@@ -1,0 +1,47 @@
+"""What the driver counts over a run, and what every stage of it works with (``RunContext``)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from ...config import RunConfig
+from ...executors import RoleHandles
+from ...plugins import PluginSystem
+from ...records import EvalRecord
+from ...types import Checkpoint
+from ..rundir.output import RunOutput
+from .stats import CollectionStats
+
+
+@dataclass
+class DriverState:
+    """The driver's counters; a run snapshot holds them (``snapshots.py``)."""
+
+    step: int = 0  # learner updates made
+    games_played: int = 0
+    failures: Counter[str] = field(default_factory=Counter)
+    failures_in_a_row: int = 0
+    dropped: int = 0
+    empty_batches: int = 0
+    eval_records: list[EvalRecord] = field(default_factory=list)
+    last_checkpoint: Checkpoint | None = None
+    resumed: bool = False  # went on from a snapshot
+    stats: CollectionStats = field(default_factory=CollectionStats)
+
+
+@dataclass
+class RunContext:
+    """What the stages of one run share: its config and directory, the role handles, the run
+    output (files and trackers), the plugin system (lifecycle hooks) and the counters."""
+
+    cfg: RunConfig
+    run_dir: str
+    roles: RoleHandles
+    out: RunOutput
+    system: PluginSystem
+    state: DriverState = field(default_factory=DriverState)
+
+    @property
+    def sync(self) -> bool:
+        return self.cfg.collection.mode == "sync"
