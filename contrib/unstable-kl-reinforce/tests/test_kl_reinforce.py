@@ -44,7 +44,8 @@ def test_the_kl_starts_at_zero_and_is_positive_once_the_policy_moved(learner, la
 
 
 def test_the_penalty_pulls_the_policy_back_to_the_base(learner):
-    """With zero rewards only the KL term has a gradient: updates shrink the KL they report."""
+    """With zero rewards only the KL term has a gradient: updates shrink the KL they report (the
+    first few still move away, on the optimizer's momentum from the rewarded updates)."""
     import random
 
     L = learner(lr=5e-2, kl_coef=1.0)
@@ -52,8 +53,8 @@ def test_the_penalty_pulls_the_policy_back_to_the_base(learner):
     for _ in range(4):
         L.update(moving)
     still = Batch(steps=[s.model_copy(update={"reward": 0.0}) for s in moving.steps], learner_version=4)
-    kls = [L.update(still)["kl"] for _ in range(6)]
-    assert kls[-1] < 0.5 * kls[0], kls
+    kls = [L.update(still)["kl"] for _ in range(14)]
+    assert max(kls[-3:]) < 0.5 * max(kls[:3]), kls
 
 
 def test_a_learner_without_a_model_is_refused_with_a_clear_message():
