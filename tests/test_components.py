@@ -269,3 +269,63 @@ class TestTabularLearner(LearnerContract):
     @pytest.fixture
     def model(self):
         return ModelRef(uid="base", kind="base", backend="tabular", model="tabular")
+
+
+def test_a_learner_declares_its_adapter_and_check_run_reads_it(make_plugin_system):
+    """``LearnerSpec.adapter(options)`` is computed once by ``check_run`` and handed to every
+    component's ``check_run`` as ``components.adapter``: a backend checks the shape it must serve
+    without reading another plugin's options."""
+    import pytest
+
+    from unstable_core import AdapterShape, ConfigError, InferenceSpec, LearnerSpec, hookimpl
+    from unstable_core.config import validate_config
+    from unstable_core.config_check import check_run
+    from unstable_core.testing import toy_config, toy_plugin
+    from unstable_core.testing.toy import TabularOptions
+
+    seen = []
+
+    def small_slots(options, components):
+        seen.append(components.adapter)
+        if components.adapter is not None and components.adapter.rank > 4:
+            raise ValueError(f"rank {components.adapter.rank} does not fit")
+
+    class Plugin:
+        @hookimpl
+        def unstable_learners(self):
+            tabular = toy_plugin.unstable_learners()[0]
+            return [LearnerSpec(name="lora-ish", summary="Declares an adapter", config=TabularOptions, factory=tabular.factory,
+                                adapter=lambda o: AdapterShape(rank=int(o.lr * 10), alpha=1.0))]
+
+        @hookimpl
+        def unstable_inference_backends(self):
+            tabular = next(s for s in toy_plugin.unstable_inference_backends() if s.name == "tabular")
+            return [InferenceSpec(name="slots", summary="Checks the adapter", config=tabular.config, factory=tabular.factory,
+                                  check_run=small_slots)]
+
+    system = make_plugin_system(toy_plugin, Plugin())
+    cfg = toy_config(learner={"name": "lora-ish", "lr": 0.3}, inference={"name": "slots"},
+                     model={"model": "tabular", "backend": "slots"})
+    check_run(validate_config(cfg), system)
+    assert seen == [AdapterShape(rank=3, alpha=1.0)]
+    with pytest.raises(ConfigError, match="inference: rank 8 does not fit"):
+        check_run(validate_config({**cfg, "learner": {"name": "lora-ish", "lr": 0.8}}), system)
+    check_run(validate_config(toy_config(inference={"name": "slots"}, model={"model": "tabular", "backend": "slots"})), system)
+    assert seen[-1] is None  # the toy learner declares no adapter
+
+
+def test_a_tracker_declares_what_it_wants_by_value_or_by_option():
+    import pytest
+    from pydantic import BaseModel, ConfigDict, Field
+
+    from unstable_core import TrackerSpec
+
+    class Options(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        games: bool = Field(False, description="every game")
+
+    spec = TrackerSpec(name="t", summary="t", config=Options, factory=lambda o, ctx: None, game_records="games", transcripts=True)
+    assert spec.wants("game_records", Options(games=True)) and not spec.wants("game_records", Options())
+    assert spec.wants("transcripts", Options())
+    with pytest.raises(ValueError, match="game_records names option 'gamez', which Options does not have"):
+        TrackerSpec(name="t", summary="t", config=Options, factory=lambda o, ctx: None, game_records="gamez")

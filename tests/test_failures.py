@@ -173,8 +173,6 @@ class Broken:
     @hookimpl
     def unstable_trackers(self):
         class LogRaises:
-            wants_game_records = False
-
             def log(self, record):
                 if record.type == "train":
                     raise OSError("disk full")

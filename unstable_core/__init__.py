@@ -6,10 +6,11 @@ vllm, textarena or transformers, and pydantic only when a type is first used.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 import pluggy
+
+from .lazy import lazy_names
 
 __version__ = "0.1.0"
 
@@ -20,7 +21,7 @@ _LAZY = {
     # types
     **{n: "types" for n in (
         "EnvSpec", "ModelRef", "GameSpec", "Turn", "PlayerTrajectory", "GameResult", "Step", "Batch",
-        "Checkpoint", "GenerationRequest", "Completion", "HookContext", "RunStartContext", "RunEndContext",
+        "Checkpoint", "AdapterShape", "GenerationRequest", "Completion", "HookContext", "RunStartContext", "RunEndContext",
         "GameEndContext", "BatchEndContext", "CheckpointContext", "ValidationStartContext",
         "ValidationEndContext",
     )},
@@ -28,7 +29,7 @@ _LAZY = {
     **{n: "components" for n in (
         "ComponentSpec", "EnvProviderSpec", "EnvSamplerSpec", "ModelSamplerSpec", "RaterSpec",
         "RewardTransformSpec", "BufferSpec", "LearnerSpec", "InferenceSpec", "ExecutorSpec", "TrackerSpec",
-        "TemplateSpec", "NoOptions", "BuildContext", "KINDS",
+        "TemplateSpec", "NoOptions", "BuildContext", "ChosenComponents", "KINDS",
     )},
     **{n: "protocols" for n in (
         "GameEnv", "EnvProvider", "EnvSampler", "ModelSampler", "Registry", "Rater", "Buffer", "Learner", "Inference",
@@ -57,13 +58,11 @@ _LAZY = {
 __all__ = ["__version__", "hookimpl", *_LAZY]
 
 
+_lazy = lazy_names(__name__, _LAZY)
+
+
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'unstable_core' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"unstable_core.{module}"), name)
-    globals()[name] = value
-    return value
+    return _lazy(name)
 
 
 def __dir__() -> list[str]:

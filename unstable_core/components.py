@@ -20,10 +20,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .protocols import Buffer, EnvProvider, EnvSampler, Executor, Inference, Learner, ModelSampler, Rater, Template, Tracker
-from .types import EnvSpec, ModelRef
+from .types import AdapterShape, EnvSpec, ModelRef
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 
@@ -76,6 +76,17 @@ class BuildContext:
             self._subscribe(component)
 
 
+class ChosenComponents(dict[str, BaseModel]):
+    """What a ``check_run`` receives: each chosen component's validated options by config key
+    ('learner', 'inference', 'buffer', ...), and what the chosen components declare about
+    themselves: ``adapter``, the LoRA adapter the learner writes (``LearnerSpec.adapter``; None
+    without a learner or when it declares none)."""
+
+    def __init__(self, options: Mapping[str, BaseModel], adapter: AdapterShape | None = None) -> None:
+        super().__init__(options)
+        self.adapter = adapter
+
+
 class ComponentSpec(BaseModel):
     """A registration record: one component a plugin offers."""
 
@@ -87,11 +98,12 @@ class ComponentSpec(BaseModel):
     summary: str = Field(description="One line shown by `unstable components list`.")
     config: type[BaseModel] = Field(NoOptions, description="Pydantic model of the component's options.")
     factory: Callable[..., Any] = Field(description="factory(options, ctx) -> component.")
-    check_run: Callable[[Any, Mapping[str, BaseModel]], None] | None = Field(
+    check_run: Callable[[Any, ChosenComponents], None] | None = Field(
         None,
         description="check_run(options, components): raise ValueError when this component's options do not fit the rest "
-        "of the run; `components` maps each chosen component's config key ('learner', 'inference', ...) to its "
-        "validated options. Called by `unstable config check` and before every run.",
+        "of the run; `components` (a ChosenComponents) maps each chosen component's config key ('learner', "
+        "'inference', ...) to its validated options, and carries what they declare (`components.adapter`). Called by "
+        "`unstable config check` and before every run.",
     )
 
     @field_validator("name")
@@ -149,6 +161,12 @@ class LearnerSpec(ComponentSpec):
         description="Steps whose reward (advantage) is exactly zero carry no gradient for this learner: drop them "
         "before update (REINFORCE). An actor-critic learner needs them (False). `training.filter_zero_advantage` overrides.",
     )
+    adapter: Callable[[Any], AdapterShape | None] | None = Field(
+        None,
+        description="adapter(options) -> AdapterShape: the LoRA adapter this learner writes with these options, so that "
+        "the serving backend can check it can load it before the run starts (vLLM: its max_lora_rank, no "
+        "modules_to_save).",
+    )
 
 
 class InferenceSpec(ComponentSpec):
@@ -173,8 +191,33 @@ class ExecutorSpec(ComponentSpec):
     kind: ClassVar[str] = "executor"
 
 
+TrackerWants = bool | str
+
+
 class TrackerSpec(ComponentSpec):
     kind: ClassVar[str] = "tracker"
+    game_records: TrackerWants = Field(
+        False, description="Send this tracker a `game` record for every game: True, False, or the name of a boolean "
+        "option of its config that decides it.",
+    )
+    transcripts: TrackerWants = Field(
+        False, description="Send this tracker a `TranscriptRecord` for every game whose transcript is kept: True, "
+        "False, or the name of a boolean option of its config that decides it.",
+    )
+
+    @model_validator(mode="after")
+    def _check_option_names(self) -> TrackerSpec:
+        for flag in ("game_records", "transcripts"):
+            option = getattr(self, flag)
+            if isinstance(option, str) and self.config.model_fields.get(option) is None:
+                raise ValueError(f"{flag} names option {option!r}, which {self.config.__name__} does not have")
+        return self
+
+    def wants(self, flag: str, options: BaseModel) -> bool:
+        """Whether this tracker, with these validated options, wants ``flag`` ('game_records' or
+        'transcripts')."""
+        value = getattr(self, flag)
+        return bool(getattr(options, value)) if isinstance(value, str) else value
 
 
 class TemplateSpec(ComponentSpec):
@@ -211,5 +254,5 @@ KINDS: dict[str, Kind] = {
 __all__ = [
     "NAME_RE", "NoOptions", "BuildContext", "ComponentSpec", "EnvProviderSpec", "EnvSamplerSpec", "ModelSamplerSpec",
     "RaterSpec", "RewardTransformSpec", "BufferSpec", "LearnerSpec", "InferenceSpec", "ExecutorSpec", "TrackerSpec",
-    "TemplateSpec", "Kind", "KINDS",
+    "TemplateSpec", "Kind", "KINDS", "ChosenComponents",
 ]

@@ -11,9 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
+from .components import ChosenComponents
 from .config import RunConfig
 from .config_loading import format_validation_error
 from .errors import ConfigError, UnknownComponentError, UnstableError, describe_error
+from .types import AdapterShape
 
 if TYPE_CHECKING:  # pragma: no cover
     from .plugins import PluginSystem
@@ -108,7 +110,17 @@ def check_run(cfg: RunConfig, system: Any, source: str = "<config>") -> dict[str
             except Exception as exc:  # a ValueError is the provider's own message
                 reason = str(exc) if isinstance(exc, ValueError) and str(exc) else describe_error(exc)
                 problems.append(f"{source}: {section}.{i}: {reason}")
-    chosen = {key: opts for key, (_, opts) in resolved.items()}
+    adapter = None
+    learner = resolved.get("learner")
+    if learner is not None and learner[0].adapter is not None:
+        try:
+            adapter = learner[0].adapter(learner[1])
+        except Exception as exc:
+            problems.append(f"{source}: learner: its adapter declaration raised {describe_error(exc)}")
+        if adapter is not None and not isinstance(adapter, AdapterShape):
+            problems.append(f"{source}: learner: its adapter declaration returned {type(adapter).__name__}, not an AdapterShape")
+            adapter = None
+    chosen = ChosenComponents({key: opts for key, (_, opts) in resolved.items()}, adapter=adapter)
     for key, (spec, opts) in resolved.items():
         if spec.check_run is not None:
             try:

@@ -19,9 +19,10 @@ the handles are the role objects themselves; ``unstable-ray`` hands out actor pr
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from .lazy import lazy_names
 
 if TYPE_CHECKING:  # pragma: no cover
     from .plugins import PluginRecipe
@@ -162,13 +163,11 @@ _LAZY = {"RunPlan": "runtime.plan", "Recipe": "runtime.plan", "build_role": "run
          "PluginRecipe": "plugins"}
 
 
+_lazy = lazy_names(__name__, _LAZY)
+
+
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"unstable_core.{module}"), name)
-    globals()[name] = value
-    return value
+    return _lazy(name)
 
 
 __all__ = ["LeagueHandle", "RolloutHandle", "BufferHandle", "LearnerHandle", "ROLE_PROTOCOLS", "RoleHandles",

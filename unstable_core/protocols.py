@@ -184,12 +184,11 @@ class Executor(Protocol):
 
 @runtime_checkable
 class Tracker(Protocol):
-    """Receives the run's metrics records (``unstable_core.records``). ``wants_game_records``:
-    whether it also wants one ``GameRecord`` per game (the driver builds them only then). An
-    optional ``wants_transcripts = True`` also sends it a ``TranscriptRecord`` for each game
-    whose transcript is written (``collection.transcripts``: a seeded sample)."""
-
-    wants_game_records: bool
+    """Receives the run's metrics records (``unstable_core.records``). Whether it also gets one
+    ``GameRecord`` per game, or a ``TranscriptRecord`` for each game whose transcript is written
+    (``collection.transcripts``: a seeded sample), its ``TrackerSpec`` declares
+    (``game_records``, ``transcripts``): the driver builds those records only for trackers that
+    want them."""
 
     def log(self, record: Any) -> None:
         """Record one metrics record (a pydantic model from ``unstable_core.records``)."""

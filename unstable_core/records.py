@@ -12,9 +12,9 @@ so far); ``time`` is seconds since the run started.
 ``eval_skipped`` an evaluation round a plugin vetoed (``unstable_validation_start``)
 ``summary``     every second and at the end: games, throughput, failures, buffer, per-env totals
 ``ratings``     with every summary: the rater's numbers per model
-``game``        one per game, only for trackers with ``wants_game_records = True``
+``game``        one per game, only for trackers whose ``TrackerSpec.game_records`` says so
 ``transcript``  one per game whose transcript goes to ``games/`` (a seeded sample), only for
-                trackers with ``wants_transcripts = True``
+                trackers whose ``TrackerSpec.transcripts`` says so
 ``resume``      where a resumed run went on: the snapshot's learner step
 ``start``       first of a run (and of each resumed leg): what it plans, its config and plugins
 ``end``         last of a run: how it ended (completed, interrupted, failed)

@@ -161,6 +161,16 @@ class Checkpoint(Model):
     metrics: dict[str, float] = Field(default_factory=dict)
 
 
+class AdapterShape(Model):
+    """The LoRA adapter a learner writes (``LearnerSpec.adapter``): what a backend that serves
+    the learner's checkpoints must be able to load."""
+
+    rank: int = Field(ge=1, description="LoRA rank r.")
+    alpha: float = Field(gt=0, description="LoRA alpha.")
+    target_modules: list[str] = Field(default_factory=list, description="Module names that get adapters.")
+    modules_to_save: list[str] = Field(default_factory=list, description="Modules saved whole beside the LoRA weights.")
+
+
 class GenerationRequest(Model):
     """A prompt for an inference backend."""
 

@@ -3,8 +3,8 @@
 Each receives the typed records of ``unstable_core.records``: ``train`` (one per learner
 update), ``eval`` (one per evaluation (step, env, model, opponent)), ``eval_skipped``,
 ``summary`` (every second: games, games/s, failures, buffer fill and per-(mode, env) totals under
-``envs``), ``ratings``, and ``game`` (one per game) for trackers whose ``wants_game_records`` is
-true (``jsonl`` with ``games = true``).
+``envs``), ``ratings``, and ``game`` (one per game) for trackers whose record declares
+``game_records`` (``jsonl`` with ``games = true``).
 """
 
 from __future__ import annotations
@@ -43,7 +43,6 @@ class JsonlTracker:
         if not run_dir:
             raise ValueError("the jsonl tracker needs a run directory")
         self.path = os.path.join(run_dir, options.filename)
-        self.wants_game_records = options.games
         self.flush_s = options.flush_s
         self.fh = open(self.path, "a", encoding="utf-8")
         self.last_flush = time.monotonic()
@@ -85,8 +84,6 @@ class ConsoleTracker:
     learner figures, per-env collection stats, the latest evaluations, ratings, match heatmap and
     failures. Not on a terminal: plain lines."""
 
-    wants_game_records = False
-
     def __init__(self, options: ConsoleOptions) -> None:
         from ..dashboard.present import Presenter
 
@@ -102,7 +99,8 @@ class ConsoleTracker:
 @hookimpl
 def unstable_trackers() -> list[TrackerSpec]:
     return [
-        TrackerSpec(name="jsonl", summary="Append records to run_dir/metrics.jsonl", config=JsonlOptions, factory=lambda o, ctx: JsonlTracker(o, ctx.run_dir)),
+        TrackerSpec(name="jsonl", summary="Append records to run_dir/metrics.jsonl", config=JsonlOptions, game_records="games",
+                    factory=lambda o, ctx: JsonlTracker(o, ctx.run_dir)),
         TrackerSpec(name="console", summary="Live dashboard: progress, throughput, evaluations, ratings, matches", config=ConsoleOptions, factory=lambda o,
             ctx: ConsoleTracker(o)),
     ]

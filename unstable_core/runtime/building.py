@@ -117,8 +117,11 @@ class Builder:
 
     def build(self, key: str) -> Any:
         recipe = self.plan.recipes[key]
-        options = validate_options(self.spec(key), recipe.options, self.plan.source, key)
-        return instantiate(self.system, recipe.kind, recipe.name, options, self.context(recipe.seed))
+        return instantiate(self.system, recipe.kind, recipe.name, self.options(key), self.context(recipe.seed))
+
+    def options(self, key: str) -> BaseModel:
+        """The validated options of recipe ``key``."""
+        return validate_options(self.spec(key), self.plan.recipes[key].options, self.plan.source, key)
 
     def spec(self, key: str) -> Any:
         """The component spec behind recipe ``key``."""

@@ -294,7 +294,6 @@ class TrackerContract(ComponentContract):
     def test_log_and_close(self, component: Any) -> None:
         from ..records import TrainRecord
 
-        assert isinstance(component.wants_game_records, bool)
         component.log(TrainRecord(step=1, staleness_mean=0.0, staleness_max=0.0, batch_steps=4.0, loss=0.5))
         component.close()
 

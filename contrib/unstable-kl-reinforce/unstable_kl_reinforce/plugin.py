@@ -1,6 +1,7 @@
 """Hook implementations: nothing heavy is imported here (``unstable plugins list`` imports it)."""
 
 from unstable_core import LearnerSpec, UnstableError, hookimpl
+from unstable_hf.options import lora_adapter
 
 from .options import KLReinforceOptions
 
@@ -17,4 +18,5 @@ def make_learner(options, ctx):
 def unstable_learners():
     return [LearnerSpec(name="kl-reinforce", summary="REINFORCE with a KL penalty to the frozen base policy",
                         config=KLReinforceOptions, factory=make_learner, blocking=True,
-                        drop_zero_advantage=False)]  # a zero-reward step still carries the KL gradient
+                        drop_zero_advantage=False,  # a zero-reward step still carries the KL gradient
+                        adapter=lora_adapter)]

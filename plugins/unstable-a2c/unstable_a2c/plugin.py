@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from unstable_core import BuildContext, LearnerSpec, UnstableError, hookimpl
+from unstable_hf.options import lora_adapter
 
 from .options import A2COptions
 
@@ -35,5 +36,6 @@ def unstable_learners() -> list[LearnerSpec]:
             factory=make_learner,
             blocking=True,
             drop_zero_advantage=False,  # draws and zero rewards teach the critic
+            adapter=lora_adapter,
         )
     ]

@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from unstable_core import AdapterShape
+
 SEVEN_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
@@ -82,3 +84,10 @@ class LearnerOptions(ModelLoadOptions):
                     "ancestors are in, the lowest peak memory), 'auto' dense (block masks cannot train on a CPU and were slower "
                     "than dense masks on an H100 in float32: docs/performance.md).",
     )
+
+
+def lora_adapter(options: LearnerOptions) -> AdapterShape:
+    """The adapter a ``LoraLearner`` writes with these options: its ``LearnerSpec.adapter``."""
+    lora = options.lora
+    return AdapterShape(rank=lora.rank, alpha=lora.alpha, target_modules=list(lora.target_modules),
+                        modules_to_save=list(lora.modules_to_save))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from unstable_core import BuildContext, LearnerSpec, UnstableError, hookimpl
+from unstable_hf.options import lora_adapter
 
 from .options import ReinforceOptions
 
@@ -27,5 +28,6 @@ def unstable_learners() -> list[LearnerSpec]:
             factory=make_learner,
             blocking=True,  # the update runs in a worker thread while games go on
             drop_zero_advantage=True,  # a zero advantage carries no REINFORCE gradient
+            adapter=lora_adapter,
         )
     ]

@@ -3,10 +3,9 @@ transformers load when an engine starts."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-from unstable_core import BuildContext, InferenceSpec, ModelRef, hookimpl
+from unstable_core import BuildContext, ChosenComponents, InferenceSpec, ModelRef, hookimpl
 
 from .options import VLLMInferenceOptions, VLLMModelOptions, smallest_rank_at_least
 
@@ -25,20 +24,19 @@ def check_model(ref: ModelRef) -> None:
         raise ValueError("the vllm backend needs `model` (a hub id, a local path or 'tiny...')")
 
 
-def check_run(options: VLLMInferenceOptions, components: Mapping[str, Any]) -> None:
-    """The learner's LoRA rank must fit in vLLM's adapter slots (``max_lora_rank``), and its
-    adapters must hold LoRA weights only (vLLM loads no ``modules_to_save``)."""
-    learner = components.get("learner")
-    lora = getattr(learner, "lora", None)
-    rank = getattr(lora, "rank", None)
-    saved = getattr(lora, "modules_to_save", None)
-    if saved:
-        raise ValueError(f"vLLM serves LoRA weights only, not the learner's lora.modules_to_save {list(saved)}: "
+def check_run(options: VLLMInferenceOptions, components: ChosenComponents) -> None:
+    """The adapter the learner declares (``LearnerSpec.adapter``) must fit in vLLM's adapter
+    slots (``max_lora_rank``) and hold LoRA weights only (vLLM loads no ``modules_to_save``)."""
+    adapter = components.adapter
+    if adapter is None:
+        return
+    if adapter.modules_to_save:
+        raise ValueError(f"vLLM serves LoRA weights only, not the learner's lora.modules_to_save {adapter.modules_to_save}: "
                          "leave it empty, or use inference name = 'hf'")
-    if options.enable_lora and isinstance(rank, int) and rank > options.max_lora_rank:
-        fit = smallest_rank_at_least(rank)
+    if options.enable_lora and adapter.rank > options.max_lora_rank:
+        fit = smallest_rank_at_least(adapter.rank)
         hint = f"set inference.max_lora_rank = {fit}" if fit else "vLLM serves no adapter of that rank"
-        raise ValueError(f"max_lora_rank = {options.max_lora_rank} cannot hold the learner's LoRA rank {rank}: {hint}")
+        raise ValueError(f"max_lora_rank = {options.max_lora_rank} cannot hold the learner's LoRA rank {adapter.rank}: {hint}")
 
 
 @hookimpl

@@ -18,4 +18,4 @@ def make_tracker(options: WandbOptions, ctx: BuildContext) -> Any:
 @hookimpl
 def unstable_trackers() -> list[TrackerSpec]:
     return [TrackerSpec(name="wandb", summary="Weights & Biases: metrics, evaluations, ratings, a transcripts table",
-                        config=WandbOptions, factory=make_tracker)]
+                        config=WandbOptions, transcripts="transcripts", factory=make_tracker)]

@@ -47,13 +47,10 @@ def key_part(text: str) -> str:
 
 
 class WandbTracker:
-    wants_game_records = False
-
     def __init__(self, options: WandbOptions, ctx: BuildContext) -> None:
         import wandb
 
         self.options = options
-        self.wants_transcripts = options.transcripts
         self.training = ctx.config.get("learner") is not None
         run_dir = Path(ctx.run_dir) if ctx.run_dir else None
         run_id, resumed = self._run_id(run_dir)

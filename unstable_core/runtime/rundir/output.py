@@ -56,8 +56,9 @@ class RunOutput:
         builder = Builder(plan, system)
         keys = [f"trackers.{i}" for i in range(len(plan.config.trackers))]
         self.trackers = [(builder.label(k), builder.build(k)) for k in keys]
-        self.game_trackers = [(label, t) for label, t in self.trackers if t.wants_game_records]
-        self.transcript_trackers = [(label, t) for label, t in self.trackers if getattr(t, "wants_transcripts", False)]
+        wants = [(builder.spec(k), builder.options(k)) for k in keys]
+        self.game_trackers = [t for t, (spec, opts) in zip(self.trackers, wants) if spec.wants("game_records", opts)]
+        self.transcript_trackers = [t for t, (spec, opts) in zip(self.trackers, wants) if spec.wants("transcripts", opts)]
         self.transcript_key = derive_seed(plan.config.seed, "transcripts")
         self._transcripts: dict[str, Any] = {}
 
