@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
-from .components import ChosenComponents
+from .components import ChosenComponents, InferenceSpec
 from .config import RunConfig
 from .config_loading import format_validation_error
 from .errors import ConfigError, UnknownComponentError, UnstableError, describe_error
@@ -85,7 +85,7 @@ def _check_template(system: PluginSystem, name: str, where: str, problems: list[
         problems.append(f"{where}: {exc}")
 
 
-def check_run(cfg: RunConfig, system: Any, source: str = "<config>") -> dict[str, tuple[Any, BaseModel]]:
+def check_run(cfg: RunConfig, system: PluginSystem, source: str = "<config>") -> dict[str, tuple[Any, BaseModel]]:
     """Everything that can be checked without playing: the components and their options
     (``resolve_components``), each component's options against the rest of the run (its
     ``check_run``), every environment (its provider's ``check_env``), every model
@@ -132,7 +132,7 @@ def check_run(cfg: RunConfig, system: Any, source: str = "<config>") -> dict[str
     if base is not None:
         refs.append(("model", base))
     for key, ref in refs:
-        spec = system.get("inference", ref.backend)
+        spec = system.spec(InferenceSpec, ref.backend)
         try:
             spec.model_options.model_validate(ref.options)
         except ValidationError as exc:
@@ -142,7 +142,7 @@ def check_run(cfg: RunConfig, system: Any, source: str = "<config>") -> dict[str
                 spec.check_model(ref)
             except Exception as exc:
                 problems.append(f"{source}: {key}: {exc}")
-    if base is not None and cfg.learner is not None and not system.get("inference", base.backend).serves_checkpoints:
+    if base is not None and cfg.learner is not None and not system.spec(InferenceSpec, base.backend).serves_checkpoints:
         problems.append(f"{source}: model: backend {base.backend!r} serves fixed models only and cannot load the learner's "
                         "checkpoints: serve the trained model with a backend that can (hf, vllm); use this one for opponents")
     if base is not None and base.uid in {o.uid for o in cfg.opponents}:

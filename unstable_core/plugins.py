@@ -23,7 +23,7 @@ import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import pluggy
 
@@ -32,6 +32,7 @@ from .components import KINDS, ComponentSpec
 from .errors import PluginError, UnknownComponentError, describe_error
 
 GROUP = "unstable"
+S = TypeVar("S", bound=ComponentSpec)
 CORE_DIST = "unstable-core"
 
 #: The core's own plugin modules, registered before any entry point.
@@ -297,6 +298,12 @@ class PluginSystem:
         if disabled:
             msg += f" Disabled plugins: {', '.join(disabled)}."
         raise UnknownComponentError(msg)
+
+    def spec(self, record: type[S], name: str) -> S:
+        """``get(record.kind, name)`` typed as its record class, e.g. ``spec(InferenceSpec, "hf")``."""
+        found = self.get(record.kind, name)
+        assert isinstance(found, record)  # the catalog checked each record's class when it was collected
+        return found
 
     def provider_of(self, kind: str, name: str) -> PluginRecord:
         self.get(kind, name)

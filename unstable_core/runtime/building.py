@@ -5,6 +5,11 @@ components of a plan built by config key (``Builder``), and one component outsid
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..plugins import PluginSystem
+
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,13 +25,13 @@ from .plan import RunPlan
 from .seeds import derive_seed
 
 
-def component_label(system: Any, kind: str, name: str) -> str:
+def component_label(system: PluginSystem, kind: str, name: str) -> str:
     """``kind 'name' from plugin 'p' (dist version)``: how messages name a component."""
     record = system.provider_of(kind, name)
     return f"{kind} {name!r} from plugin '{record.name}' ({record.package} {record.version})"
 
 
-def instantiate(system: Any, kind: str, name: str, options: BaseModel, ctx: BuildContext) -> Any:
+def instantiate(system: PluginSystem, kind: str, name: str, options: BaseModel, ctx: BuildContext) -> Any:
     """Call a component's factory and check its product; anything it raises becomes one
     message naming the component and its plugin."""
     spec = system.get(kind, name)
@@ -51,7 +56,7 @@ def build_component(
     name: str,
     options: Mapping[str, Any] | None = None,
     *,
-    plugins: Any = None,
+    plugins: PluginSystem | None = None,
     run_dir: str | None = None,
     seed: int = 0,
     model: ModelRef | None = None,
@@ -102,7 +107,7 @@ class Listeners:
 class Builder:
     """Builds a plan's components in this process (one per role), with one ``Listeners``."""
 
-    def __init__(self, plan: RunPlan, system: Any) -> None:
+    def __init__(self, plan: RunPlan, system: PluginSystem) -> None:
         self.plan = plan
         self.system = system
         self.listeners = Listeners()

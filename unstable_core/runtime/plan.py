@@ -7,6 +7,11 @@ resolved config plus a recipe per config key (``make_plan``, after the config pa
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..plugins import PluginSystem
+
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -43,7 +48,7 @@ class RunPlan(BaseModel):
         return self.config.learner is not None
 
 
-def make_plan(cfg: RunConfig, system: Any, run_dir: str, source: str = "<config>") -> RunPlan:
+def make_plan(cfg: RunConfig, system: PluginSystem, run_dir: str, source: str = "<config>") -> RunPlan:
     """Check a config and turn it into a plan: one recipe per component key, plus one per
     inference backend that serves only opponents (``backends.NAME``)."""
     resolved = check_run(cfg, system, source)

@@ -8,6 +8,11 @@ useless (``LearnerSpec.drop_zero_advantage``, overridden by ``training.filter_ze
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ...plugins import PluginSystem
+
 from typing import Any
 
 from ...errors import ComponentError
@@ -19,7 +24,7 @@ from .rewards import RewardPipelines
 
 
 class BufferRole:
-    def __init__(self, plan: RunPlan, system: Any) -> None:
+    def __init__(self, plan: RunPlan, system: PluginSystem) -> None:
         self.builder = builder = Builder(plan, system)
         reward = plan.config.reward
         keys = [[f"reward.{stage}.{i}" for i in range(len(getattr(reward, stage)))] for stage in ("final", "step", "sampling")]

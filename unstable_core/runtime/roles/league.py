@@ -8,6 +8,11 @@ subscribed to lifecycle events (the curriculum sampler) get ``unstable_game_end`
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ...plugins import PluginSystem
+
 import random
 from typing import Any
 
@@ -22,7 +27,7 @@ from .registry import ModelRegistry
 
 
 class League:
-    def __init__(self, plan: RunPlan, system: Any) -> None:
+    def __init__(self, plan: RunPlan, system: PluginSystem) -> None:
         cfg = plan.config
         self.cfg = cfg
         self.run_dir = plan.run_dir

@@ -5,6 +5,11 @@ loop of the process it runs in (games, in the local executor) keeps going."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ...plugins import PluginSystem
+
 import asyncio
 from typing import Any
 
@@ -16,7 +21,7 @@ from ..plan import RunPlan
 
 
 class LearnerRole:
-    def __init__(self, plan: RunPlan, system: Any) -> None:
+    def __init__(self, plan: RunPlan, system: PluginSystem) -> None:
         self.builder = builder = Builder(plan, system)
         self.learner = builder.build("learner")
         self.label = builder.label("learner")

@@ -7,6 +7,11 @@ to the backend of the model being trained, which confirms the version it now ser
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ...plugins import PluginSystem
+
 import asyncio
 from typing import Any
 
@@ -21,7 +26,7 @@ from ..plan import RunPlan
 
 
 class Rollout:
-    def __init__(self, plan: RunPlan, system: Any) -> None:
+    def __init__(self, plan: RunPlan, system: PluginSystem) -> None:
         cfg = plan.config
         self.builder = builder = Builder(plan, system)
         self.trained_backend = cfg.inference.name

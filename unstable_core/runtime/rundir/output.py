@@ -7,6 +7,11 @@ OS error on it is one line naming the path. Trackers are built here, from the pl
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ...plugins import PluginSystem
+
 import os
 import time
 from pathlib import Path
@@ -49,7 +54,7 @@ def prepare_run_dir(path: str | os.PathLike[str], resume: bool = False) -> Path:
 
 
 class RunOutput:
-    def __init__(self, plan: RunPlan, system: Any) -> None:
+    def __init__(self, plan: RunPlan, system: PluginSystem) -> None:
         self.plan = plan
         self.run_dir = Path(plan.run_dir)
         self.start = time.monotonic()
