@@ -327,3 +327,59 @@ def test_transcript_lines_are_transcript_records(make_plugin_system, tmp_path):
         assert record.model_dump(mode="json", exclude={"type", "time"}) == line
         assert [t["player_id"] for t in line["turns"][:2]] in ([0, 1], [1, 0])
         assert line["seats"][0].keys() == {"player_id", "uid", "version"}
+
+
+def test_one_run_mixes_env_providers_by_id_prefix(make_plugin_system, tmp_path):
+    """An env id 'PROVIDER/GAME' is made by that provider (options in [env_providers.PROVIDER]);
+    other ids by [env]. One tournament plays both, and each game comes from its own provider."""
+    from pydantic import BaseModel, ConfigDict, Field
+
+    from unstable_core import EnvProviderSpec, hookimpl
+    from unstable_core.testing import toy_plugin
+    from unstable_core.testing.toy import ToyProvider
+
+    made = []
+
+    class PrefixOptions(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        tag: str = Field("", description="recorded with each env made")
+
+    class Prefixed:
+        def __init__(self, options):
+            self.tag = options.tag
+
+        def make(self, env):
+            made.append((self.tag, env.env_id))
+            return ToyProvider().make(env.model_copy(update={"env_id": env.env_id.split("/", 1)[1]}))
+
+        def known_env_ids(self):
+            return ["prefixed/PickBest-v0"]
+
+    class Plugin:
+        @hookimpl
+        def unstable_envs(self):
+            return [EnvProviderSpec(name="prefixed", summary="Toy games under a prefix", config=PrefixOptions,
+                                    factory=lambda o, ctx: Prefixed(o))]
+
+    system = make_plugin_system(toy_plugin, Plugin())
+    cfg = {"name": "mix", "seed": 0, "env": {"name": "toy"}, "train_envs": ["PickBest-v0", "prefixed/PickBest-v0"],
+           "env_providers": {"prefixed": {"tag": "t"}}, "opponents": ["random-valid", "first-valid"],
+           "model_sampler": {"name": "fixed"}, "collection": {"tournament_games": 40, "num_train_games": 8}, "trackers": []}
+    result = unstable_core.run(cfg, run_dir=tmp_path / "r", plugins=system)
+    assert result.status == "completed" and result.games_played == 40
+    assert {r.env_id for r in result.eval_records} == {"PickBest-v0", "prefixed/PickBest-v0"}
+    counted = {env: sum(r.games for r in result.eval_records if r.env_id == env) for env in ("PickBest-v0", "prefixed/PickBest-v0")}
+    share = counted["prefixed/PickBest-v0"] / sum(counted.values())  # a tournament counts each game from both sides
+    assert set(made) == {("t", "prefixed/PickBest-v0")} and len(made) == round(40 * share) > 0
+
+
+def test_an_env_id_naming_an_unknown_provider_is_one_line_naming_the_id(make_plugin_system):
+    import pytest
+
+    from unstable_core import ConfigError
+    from unstable_core.testing import toy_plugin
+
+    cfg = toy_config(train_envs=["PickBest-v0", "toyy/PickBest-v0"])
+    with pytest.raises(ConfigError) as info:
+        unstable_core.build(cfg, plugins=make_plugin_system(toy_plugin))
+    assert "train_envs.1.env_id ('toyy/PickBest-v0'): unknown env 'toyy'. Did you mean 'toy'?" in str(info.value)

@@ -156,11 +156,16 @@ def envs() -> None:
 
 
 @envs.command("list")
-@click.option("--provider", default="textarena", show_default=True, help="Env provider component.")
-def envs_list(provider: str) -> None:
-    """List environment ids known to work offline here."""
+@click.option("--provider", default=None, help="Only this env provider's ids (default: every provider's).")
+def envs_list(provider: str | None) -> None:
+    """List environment ids known to work offline here: the default provider's (textarena) as
+    they are, another provider's as PROVIDER/GAME, the form a config names them by."""
     from .runtime.building import build_component
 
-    env = build_component("env", provider, plugins=plugin_system())
-    for env_id in env.known_env_ids():
-        click.echo(env_id)
+    system = plugin_system()
+    names = [provider] if provider is not None else system.names("env")
+    for name in names:
+        env = build_component("env", name, plugins=system)
+        prefix = "" if name == "textarena" else f"{name}/"
+        for env_id in env.known_env_ids():
+            click.echo(env_id if env_id.startswith(prefix) else prefix + env_id)

@@ -34,6 +34,13 @@ from .types import EnvSpec, ModelRef
 SINGLE_SECTIONS = tuple(kind for kind, entry in KINDS.items() if entry.config_section)
 
 
+def env_provider_of(env_id: str, default: str) -> str:
+    """The env provider that makes ``env_id``: PROVIDER for 'PROVIDER/GAME', else ``default``
+    (the run's [env] provider)."""
+    prefix, slash, _ = env_id.partition("/")
+    return prefix if slash else default
+
+
 class ComponentChoice(BaseModel):
     """``name`` picks a component; every other key is one of its options."""
 
@@ -168,6 +175,10 @@ class RunConfig(Section):
     backends: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="Options of inference backends used only by opponents, by backend name."
     )
+    env_providers: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="Options of env providers other than [env], by provider name: an env id "
+        "'PROVIDER/GAME' (e.g. 'openspiel/kuhn_poker') is made by the provider PROVIDER.",
+    )
 
     reward: RewardConfig = Field(default_factory=RewardConfig, description="Reward transform pipelines.")
     collection: CollectionConfig = Field(default_factory=CollectionConfig, description="Games in flight, evaluation, transcripts.")
@@ -209,11 +220,18 @@ class RunConfig(Section):
             options=self.model.options,
         )
 
+    def env_provider_names(self) -> list[str]:
+        """The env providers besides [env]: named by an env id's prefix, or listed in env_providers."""
+        named = {env_provider_of(e.env_id, self.env.name) for e in [*self.train_envs, *(self.eval_envs or [])]}
+        return sorted((named | set(self.env_providers)) - {self.env.name})
+
     def component_choices(self) -> list[tuple[str, str, ComponentChoice]]:
         """(key path, kind, choice) for every component section in the config."""
         out: list[tuple[str, str, ComponentChoice]] = [
             (key, key, getattr(self, key)) for key in SINGLE_SECTIONS if getattr(self, key) is not None
         ]
+        out += [(f"env_providers.{name}", "env", ComponentChoice(name=name, **self.env_providers.get(name, {})))
+                for name in self.env_provider_names()]
         out += [(f"trackers.{i}", "tracker", c) for i, c in enumerate(self.trackers)]
         for stage in ("final", "step", "sampling"):
             out += [(f"reward.{stage}.{i}", "reward_transform", c) for i, c in enumerate(getattr(self.reward, stage))]

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ValidationError
 
 from .components import ChosenComponents, InferenceSpec
-from .config import RunConfig
+from .config import RunConfig, env_provider_of
 from .config_loading import format_validation_error
 from .errors import ConfigError, UnknownComponentError, UnstableError, describe_error
 from .types import AdapterShape
@@ -41,7 +41,7 @@ def resolve_components(cfg: RunConfig, system: PluginSystem, source: str = "<con
         try:
             spec = system.get(kind, choice.name)
         except UnknownComponentError as exc:
-            problems.append(f"{source}: {key}.name: {exc}")
+            problems.append(f"{source}: {_where_named(cfg, key)}: {exc}")
             continue
         stage = key.split(".")[1] if key.startswith("reward.") else None
         spec_stage = getattr(spec, "stage", None)
@@ -78,6 +78,18 @@ def resolve_components(cfg: RunConfig, system: PluginSystem, source: str = "<con
     return resolved
 
 
+def _where_named(cfg: RunConfig, key: str) -> str:
+    """Where the config names the component at ``key``: an env provider named only by an env
+    id's prefix is named by the first env id that uses it."""
+    name = key.removeprefix("env_providers.")
+    if key.startswith("env_providers.") and name not in cfg.env_providers:
+        for section, envs in (("train_envs", cfg.train_envs), ("eval_envs", cfg.eval_envs or [])):
+            for i, env in enumerate(envs):
+                if env_provider_of(env.env_id, cfg.env.name) == name:
+                    return f"{section}.{i}.env_id ({env.env_id!r})"
+    return f"{key}.name"
+
+
 def _check_template(system: PluginSystem, name: str, where: str, problems: list[str]) -> None:
     try:
         system.get("template", name)
@@ -93,23 +105,23 @@ def check_run(cfg: RunConfig, system: PluginSystem, source: str = "<config>") ->
     every problem."""
     resolved = resolve_components(cfg, system, source)
     problems: list[str] = []
-    env_spec, env_options = resolved["env"]
-    if env_spec.check_env is not None:
-        seen: set[str] = set()
-        envs = [("train_envs", i, e) for i, e in enumerate(cfg.train_envs)]
-        envs += [("eval_envs", i, e) for i, e in enumerate(cfg.eval_envs or [])]
-        for section, i, env in envs:
-            key = env.model_dump_json(include={"env_id", "num_players", "kwargs"})
-            if key in seen:
-                continue
-            seen.add(key)
-            try:
-                env_spec.check_env(env, env_options)
-            except UnstableError:
-                raise
-            except Exception as exc:  # a ValueError is the provider's own message
-                reason = str(exc) if isinstance(exc, ValueError) and str(exc) else describe_error(exc)
-                problems.append(f"{source}: {section}.{i}: {reason}")
+    seen: set[str] = set()
+    envs = [("train_envs", i, e) for i, e in enumerate(cfg.train_envs)]
+    envs += [("eval_envs", i, e) for i, e in enumerate(cfg.eval_envs or [])]
+    for section, i, env in envs:
+        name = env_provider_of(env.env_id, cfg.env.name)
+        provider = resolved.get("env" if name == cfg.env.name else f"env_providers.{name}")
+        key = env.model_dump_json(include={"env_id", "num_players", "kwargs"})
+        if provider is None or provider[0].check_env is None or key in seen:
+            continue  # an unknown provider is reported under its key
+        seen.add(key)
+        try:
+            provider[0].check_env(env, provider[1])
+        except UnstableError:
+            raise
+        except Exception as exc:  # a ValueError is the provider's own message
+            reason = str(exc) if isinstance(exc, ValueError) and str(exc) else describe_error(exc)
+            problems.append(f"{source}: {section}.{i}: {reason}")
     adapter = None
     learner = resolved.get("learner")
     if learner is not None and learner[0].adapter is not None:

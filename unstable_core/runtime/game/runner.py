@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from ...basemodel import trusted
 from ...errors import RunFailed, describe_error
+from ...protocols import EnvProvider
 from ...types import Completion, GameResult, GameSpec, GenerationRequest, PlayerTrajectory, Turn
 from ..seeds import turn_seed
 from .envcalls import EnvCalls
@@ -28,7 +29,7 @@ from .lockstep import Lockstep
 class GameRunner:
     def __init__(
         self,
-        env_provider: Any,
+        env_provider: EnvProvider,
         templates: Callable[[str], Any],
         backends: Callable[[str], Any],
         max_turns: int = 200,

@@ -1,4 +1,4 @@
-"""The rollout role: env provider, templates, inference backends and the game runner.
+"""The rollout role: env providers, templates, inference backends and the game runner.
 
 ``play(specs)`` plays a batch of games concurrently on one event loop, so that a batching
 backend serves every game in flight together (in sync mode in turn rounds, ``lockstep.py``); ``set_policy(checkpoint)`` hands a new checkpoint
@@ -20,6 +20,7 @@ from ...types import Checkpoint, GameResult, GameSpec
 from ..building import Builder, guarded
 from ..game.eager import eager
 from ..game.envcalls import EnvCalls
+from ..game.envs import EnvProviders
 from ..game.lockstep import Lockstep
 from ..game.runner import GameRunner
 from ..plan import RunPlan
@@ -30,7 +31,9 @@ class Rollout:
         cfg = plan.config
         self.builder = builder = Builder(plan, system)
         self.trained_backend = cfg.inference.name
-        self.env_provider = builder.build("env")
+        providers = {cfg.env.name: builder.build("env")}
+        providers |= {name: builder.build(f"env_providers.{name}") for name in cfg.env_provider_names()}
+        self.env_providers = EnvProviders(cfg.env.name, providers)
         self._templates: dict[str, Any] = {}
         self._backends: dict[str, Any] = {}
         self._at_once: dict[str, bool] = {}  # backend name -> its spec's answers_at_once
@@ -39,7 +42,7 @@ class Rollout:
         self.env_calls = EnvCalls(collection.env_calls, collection.slow_env_call_ms / 1000)
         self.lockstep = Lockstep() if collection.mode == "sync" else None
         self.runner = GameRunner(
-            self.env_provider, self.template, self.backend, collection.max_turns, collection.max_action_chars, self.env_calls,
+            self.env_providers, self.template, self.backend, collection.max_turns, collection.max_action_chars, self.env_calls,
             self.lockstep,
         )
         # build every backend a seat can name now: a broken one fails before the first game
