@@ -163,3 +163,36 @@ def test_best_response_wins_kuhn_poker_as_often_as_worked_out():
             wins += rewards[seat] > rewards[1 - seat]
         standard_error = (probability * (1 - probability) / games) ** 0.5
         assert abs(wins / games - probability) < 4 * standard_error, (seat, wins / games, probability)
+
+
+def test_scripted_agents_score_their_completions_exactly():
+    """``completion_probabilities``: every path of an agent's ``rng.choice`` draws enumerated, so
+    random-valid's answers are exactly uniform over the valid moves; an agent that draws any
+    other way is refused rather than estimated."""
+    import random
+
+    import pytest
+
+    from unstable_core import GenerationRequest, ModelRef, build_component
+    from unstable_core.builtin.inference_scripted import answer_distribution
+
+    obs = "Your available actions are: '[a]', '[b]', '[c]'"
+    backend = build_component("inference", "scripted")
+
+    def scored(agent, completions):
+        request = GenerationRequest(model=ModelRef(uid=agent, model=agent), prompt=obs, observation=obs)
+        return backend.completion_probabilities(request, completions)
+
+    moves = ["\\boxed{[a]}", "\\boxed{[b]}", "\\boxed{[c]}", "\\boxed{[d]}"]
+    assert scored("random-valid", moves) == pytest.approx([1 / 3, 1 / 3, 1 / 3, 0.0])
+    assert scored("first-valid", moves) == [1.0, 0.0, 0.0, 0.0]
+
+    def two_draws(observation, rng):  # nested choices: 1/2 x 1/3
+        return rng.choice(["x", "y"]) + rng.choice(["1", "2", "3"])
+
+    found = answer_distribution(two_draws, obs)
+    assert len(found) == 6 and all(p == pytest.approx(1 / 6) for p in found.values())
+    sampled = {two_draws(obs, random.Random(s)) for s in range(200)}
+    assert sampled == set(found)
+    with pytest.raises(ValueError, match="cannot be enumerated exactly"):
+        answer_distribution(lambda observation, rng: str(rng.random()), obs)

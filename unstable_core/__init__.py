@@ -33,14 +33,14 @@ _LAZY = {
     )},
     **{n: "protocols" for n in (
         "GameEnv", "EnvProvider", "EnvSampler", "ModelSampler", "Registry", "Rater", "Buffer", "Learner", "Inference",
-        "Executor", "Tracker", "Template", "FinalRewardTransform", "StepRewardTransform", "SamplingRewardTransform",
+        "Executor", "Tracker", "Template", "CompletionScorer", "FinalRewardTransform", "StepRewardTransform", "SamplingRewardTransform",
     )},
     **{n: "errors" for n in (
         "UnstableError", "ConfigError", "PluginError", "UnknownComponentError", "ComponentError", "RunFailed",
         "RunInterrupted",
     )},
     **{n: "plugins" for n in ("PluginSystem", "PluginRecord", "PluginRecipe", "load_plugins", "get_plugin_system")},
-    **{n: "config" for n in ("RunConfig", "load_config", "validate_config", "ComponentChoice")},
+    **{n: "config" for n in ("RunConfig", "load_config", "validate_config", "ComponentChoice", "env_provider_of")},
     "SECRET_ERROR": "config_loading",
     **{n: "records" for n in (
         "Record", "TrainRecord", "EvalRecord", "EvalSkippedRecord", "SummaryRecord", "RatingsRecord", "GameRecord", "EnvTotals",

@@ -181,6 +181,11 @@ class InferenceSpec(ComponentSpec):
         True, description="load_checkpoint serves a learner's checkpoints. False (a remote API, scripted agents): the backend "
         "serves fixed models only, and a training run whose model it serves is refused before it starts.",
     )
+    scores_completions: bool = Field(
+        False, description="The backend offers completion_probabilities(request, completions) -> list[float]: the exact "
+        "probability that generate(request) answers each completion text under its sampling settings (the "
+        "CompletionScorer protocol), so a policy can be extracted exactly (exploitability).",
+    )
     answers_at_once: bool = Field(
         False, description="generate never waits (scripted agents, a table lookup): a game whose seats are all served by "
         "such backends is played inline, without a task of its own.",

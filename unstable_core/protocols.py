@@ -169,6 +169,16 @@ class Inference(Protocol):
 
 
 @runtime_checkable
+class CompletionScorer(Protocol):
+    """What a backend whose record declares ``scores_completions`` also offers."""
+
+    def completion_probabilities(self, request: GenerationRequest, completions: list[str]) -> list[float]:
+        """The exact probability that ``generate(request)`` returns each completion text, under the
+        sampling settings it plays with (the rest of the mass goes to other texts)."""
+        ...
+
+
+@runtime_checkable
 class Executor(Protocol):
     """Placement only: where the roles of a run live. The driver holds the control flow."""
 

@@ -12,6 +12,7 @@ import difflib
 import random
 import re
 from collections.abc import Callable
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -166,6 +167,50 @@ def check_agent(ref: ModelRef) -> None:
         raise ValueError(f"unknown scripted agent {ref.model!r}.{hint} Known: {', '.join(AGENTS)}")
 
 
+class _Branches(random.Random):
+    """A generator that answers ``choice`` along a given path of indices, recording each choice's
+    width, and refuses every other draw: an agent whose randomness is ``rng.choice`` alone can be
+    run once per path to enumerate its answers exactly."""
+
+    def __init__(self, path: list[int]) -> None:
+        super().__init__(0)
+        self.path: list[int] = path
+        self.widths: list[int] = []
+
+    def choice(self, seq: Any) -> Any:
+        k = self.path[len(self.widths)] if len(self.widths) < len(self.path) else 0
+        self.widths.append(len(seq))
+        return seq[k]
+
+    def random(self) -> float:
+        raise ValueError("this agent draws other than rng.choice: its answers cannot be enumerated exactly")
+
+    def getrandbits(self, k: int) -> int:
+        return int(self.random())
+
+
+def answer_distribution(agent: Callable[[str, random.Random], str], observation: str, limit: int = 100_000) -> dict[str, float]:
+    """Every answer of ``agent`` to ``observation`` with its exact probability, by running it once
+    per path of its ``rng.choice`` draws (each draw uniform over its options)."""
+    found: dict[str, float] = {}
+    pending: list[list[int]] = [[]]
+    while pending:
+        path = pending.pop()
+        rng = _Branches(path)
+        answer = agent(observation, rng)
+        p = 1.0
+        for width in rng.widths:
+            p /= width
+        found[answer] = found.get(answer, 0.0) + p
+        # branch on every draw past the given path (the path itself took index 0 there)
+        for depth in range(len(path), len(rng.widths)):
+            prefix = path + [0] * (depth - len(path))
+            pending += [prefix + [k] for k in range(1, rng.widths[depth])]
+        if len(pending) > limit:
+            raise ValueError(f"more than {limit} answer paths: too many to enumerate")
+    return found
+
+
 class ScriptedInference:
     """Serves scripted agents; every call completes at once (no batching needed)."""
 
@@ -187,6 +232,15 @@ class ScriptedInference:
             "truncated": False,
         })
 
+    def completion_probabilities(self, request: GenerationRequest, completions: list[str]) -> list[float]:
+        """The exact probability that ``generate(request)`` answers each of ``completions``."""
+        agent = AGENTS.get(request.model.model)
+        if agent is None:
+            check_agent(request.model)
+            raise AssertionError(request.model.model)
+        found = answer_distribution(agent, request.observation)
+        return [found.get(c, 0.0) for c in completions]
+
     def load_checkpoint(self, checkpoint: Checkpoint) -> int:
         return checkpoint.version  # agents have no weights: any version is served as it is
 
@@ -205,5 +259,6 @@ def unstable_inference_backends() -> list[InferenceSpec]:
             check_model=check_agent,
             serves_checkpoints=False,
             answers_at_once=True,
+            scores_completions=True,
         )
     ]

@@ -128,10 +128,10 @@ def scripted_games(spec: TinySpec, games: int, seed: int, opponent: str | None =
 
 
 async def _play_scripted(spec: TinySpec, games: int, seed: int, opponent: str | None, all_valid: bool) -> Targets:
-    from unstable_core import EnvSpec, GenerationRequest, ModelRef, build_component, valid_moves
+    from unstable_core import EnvSpec, GenerationRequest, ModelRef, build_component, env_provider_of, valid_moves
 
     template = build_component("template", spec.template)
-    provider = build_component("env", "textarena")
+    providers = {name: build_component("env", name) for name in {env_provider_of(e, "textarena") for e in spec.env_ids}}
     agent = build_component("inference", "scripted")
     ref = ModelRef(uid=spec.sft_agent, model=spec.sft_agent)
     other = ModelRef(uid=opponent, model=opponent) if opponent else ref
@@ -139,7 +139,7 @@ async def _play_scripted(spec: TinySpec, games: int, seed: int, opponent: str | 
     pairs = []
     for g in range(games):
         env_id = spec.env_ids[g % len(spec.env_ids)]
-        game = provider.make(EnvSpec(env_id=env_id))
+        game = providers[env_provider_of(env_id, "textarena")].make(EnvSpec(env_id=env_id))
         game.reset(num_players=2, seed=rng.getrandbits(31))
         done, turns = False, 0
         while not done and turns < 100:

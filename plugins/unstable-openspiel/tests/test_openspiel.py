@@ -1,0 +1,193 @@
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+import unstable_core
+from unstable_core import EnvSpec, load_plugins
+
+KUHN = "openspiel/kuhn_poker"
+
+
+@pytest.fixture(scope="module")
+def system():
+    return load_plugins(entry_points=True)
+
+
+def openspiel_value(name, policy_factory, **params):
+    """OpenSpiel's own exploitability of a policy built from its own game object."""
+    import pyspiel
+    from open_spiel.python.algorithms import exploitability
+
+    game = pyspiel.load_game(name, params)
+    return exploitability.exploitability(game, policy_factory(game))
+
+
+def test_random_valid_is_as_exploitable_as_openspiels_uniform_policy(system):
+    from open_spiel.python.policy import UniformRandomPolicy
+    from unstable_openspiel.exploit import exploitability
+
+    for game in ("kuhn_poker", "leduc_poker"):
+        report = exploitability("random-valid", f"openspiel/{game}", plugins=system)
+        assert report.exploitability == pytest.approx(openspiel_value(game, UniformRandomPolicy), abs=1e-9)
+        assert report.invalid_mass == 0.0
+    assert exploitability("random-valid", KUHN, plugins=system).exploitability == pytest.approx(0.4583, abs=1e-4)
+
+
+def test_cfr_with_its_default_iterations_is_nearly_unexploitable_and_first_valid_is_fully(system):
+    from unstable_openspiel.exploit import exploitability
+
+    assert exploitability("cfr", KUHN, plugins=system).exploitability < 0.01
+    assert exploitability("cfr:10", KUHN, plugins=system).exploitability > exploitability("cfr:200", KUHN, plugins=system).exploitability
+    assert exploitability("first-valid", KUHN, plugins=system).exploitability == pytest.approx(1.0)  # always pass: 1 chip lost a game
+
+
+def tournament(tmp_path, name, opponents, games, env_id=KUHN, **extra):
+    cfg = {"name": name, "seed": 0, "train_envs": [env_id], "opponents": opponents, "model_sampler": {"name": "fixed"},
+           "collection": {"tournament_games": games, "num_train_games": 32},
+           "trackers": [{"name": "jsonl", "games": True}], **extra}
+    result = unstable_core.run(cfg, run_dir=tmp_path / name)
+    lines = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+    return result, [r for r in lines if r["type"] == "game"]
+
+
+def test_best_response_to_random_valid_wins_what_openspiel_says_it_is_worth(system, tmp_path):
+    from unstable_openspiel import policies
+    from unstable_openspiel.agents import scripted_policy
+
+    _, values = policies.best_response_policy(KUHN, {}, scripted_policy("random-valid", KUHN, {}))
+    expected = sum(values) / 2  # seats alternate at random: the mean of the two seats' best-response values
+    br = {"uid": "br", "model": "best-response:random-valid", "backend": "openspiel"}
+    result, games = tournament(tmp_path, "br", [br, "random-valid"], 6000)
+    assert result.status == "completed" and not any(g["outcome"] == "failed" for g in games)
+    returns = [g["rewards"][str(g["seats"].index("br"))] for g in games if "br" in g["seats"] and "random-valid" in g["seats"]]
+    mean = sum(returns) / len(returns)
+    se = math.sqrt(sum((r - mean) ** 2 for r in returns) / (len(returns) - 1) / len(returns))
+    assert len(returns) > 1500 and abs(mean - expected) < 4 * se, (mean, expected, se)
+
+
+@pytest.mark.parametrize("game,kwargs", [("kuhn_poker", {}), ("leduc_poker", {}), ("liars_dice", {}), ("tic_tac_toe", {}),
+                                         ("goofspiel", {"num_cards": 4})])
+def test_every_known_game_plays_to_the_end_with_scripted_agents(game, kwargs, tmp_path):
+    env = {"env_id": f"openspiel/{game}", "kwargs": kwargs}
+    result, games = tournament(tmp_path, game, ["random-valid", "first-valid"], 60, env_id=env)
+    assert result.status == "completed" and len(games) == 60
+    assert all(g["outcome"] == "finished" and g["invalid"] == 0 for g in games), games[:3]
+
+
+def make(env_id=KUHN, allowance=0, **kwargs):
+    from unstable_openspiel.env import OpenSpielOptions, OpenSpielProvider
+
+    return OpenSpielProvider(OpenSpielOptions(invalid_move_allowance=allowance)).make(EnvSpec(env_id=env_id, kwargs=kwargs))
+
+
+def test_a_player_sees_its_own_card_and_the_betting_never_the_opponents_card():
+    deals = set()
+    for seed in range(30):
+        game = make()
+        game.reset(num_players=2, seed=seed)
+        pid, obs = game.observe()
+        cards = game.state.history()[:2]  # the chance outcomes: player 0's card, player 1's
+        mine, theirs = "JQK"[cards[pid]], "JQK"[cards[1 - pid]]
+        assert f"Your card: {mine}." in obs and f"Your card: {theirs}" not in obs and "'[pass]', '[bet]'" in obs
+        deals.add(tuple(cards))
+        again = make()
+        again.reset(num_players=2, seed=seed)
+        assert again.state.history() == game.state.history()  # the seed decides the deal
+    assert len(deals) == 6  # every deal happens
+
+
+def test_an_invalid_move_loses_at_once_or_is_asked_again_within_the_allowance():
+    game = make()
+    game.reset(num_players=2, seed=0)
+    pid, _ = game.observe()
+    assert game.step("[raise]") == (True, True)
+    rewards, info = game.close()
+    assert rewards == {pid: -1.0, 1 - pid: 1.0} and info[pid]["invalid_move"]
+    game = make(allowance=1)
+    game.reset(num_players=2, seed=0)
+    pid, _ = game.observe()
+    assert game.step("bluff") == (False, True)
+    again, obs = game.observe()
+    assert again == pid and obs.startswith("Your last answer was not one of the available actions")
+    assert game.step(" [ Bet ] ") == (False, False)  # case and spaces forgiven
+    assert game.observe()[0] == 1 - pid
+
+
+def test_returns_are_openspiels():
+    game = make()
+    game.reset(num_players=2, seed=3)
+    for action in ("[bet]", "[bet]"):  # bet, call: showdown for 2 chips
+        game.observe()
+        done, invalid = game.step(action)
+        assert not invalid
+    assert done
+    rewards, _ = game.close()
+    assert sorted(rewards.values()) == [-2.0, 2.0] and rewards == dict(enumerate(game.state.returns()))
+
+
+def cli(*args):
+    env = {**os.environ, "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "unstable_core.cli", *args], capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_the_cli_gives_the_uniform_policys_exploitability_as_json():
+    done = cli("exploitability", "random-valid", "--env", KUHN, "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert abs(report["exploitability"] - 0.4583) < 1e-4 and report["info_states"] == 12
+    assert {"exploitability", "nash_conv", "invalid_mass", "info_states", "seconds"} <= set(report)
+
+
+@pytest.mark.parametrize("args,message", [
+    (("random-valid", "--env", "openspiel/kuhn_pokr"), "unknown OpenSpiel game 'kuhn_pokr'. Did you mean 'kuhn_poker'?"),
+    (("random-valid", "--env", KUHN, "--param", "players=3"), "has 3 players; only two-player games are supported"),
+    (("random-valid", "--env", KUHN, "--param", "cards=4"), "Unknown parameter 'cards'"),
+    (("random-valid", "--env", "openspiel/leduc_poker", "--max-info-states", "100"), "more than max_info_states = 100"),
+    (("nobody", "--env", KUHN), "unknown scripted agent 'nobody'"),
+    (("cfr:x", "--env", KUHN), "cfr:N takes a positive number of iterations"),
+])
+def test_bad_input_is_one_line_and_exit_status_2(args, message):
+    done = cli("exploitability", *args)
+    assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_config_check_names_the_env_and_key(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('name = "x"\nopponents = ["random-valid"]\n[[train_envs]]\nenv_id = "openspiel/kuhn_poker"\nnum_players = 3\n')
+    done = cli("config", "check", str(bad))
+    assert done.returncode == 2 and "train_envs.0: OpenSpiel game 'kuhn_poker' is played by 2 players" in done.stderr
+
+
+def test_one_tournament_mixes_textarena_and_openspiel_games(tmp_path):
+    mixed = {"name": "mix", "seed": 0, "train_envs": ["KuhnPoker-v0-train", KUHN], "opponents": ["random-valid", "first-valid"],
+             "model_sampler": {"name": "fixed"}, "collection": {"tournament_games": 80, "num_train_games": 16}, "trackers": []}
+    done = unstable_core.run(mixed, run_dir=tmp_path / "mix")
+    assert done.status == "completed" and {r.env_id for r in done.eval_records} == {"KuhnPoker-v0-train", KUHN}
+
+
+def test_the_agents_play_only_legal_actions_and_the_envs_list_names_the_games():
+    done = cli("envs", "list")
+    assert "openspiel/kuhn_poker" in done.stdout.split() and "KuhnPoker-v0" in done.stdout.split()
+    import asyncio
+
+    from unstable_openspiel.agents import AgentOptions, OpenSpielAgents
+
+    from unstable_core import GenerationRequest, ModelRef
+
+    agents = OpenSpielAgents(AgentOptions())
+    for seed in range(20):
+        game = make("openspiel/leduc_poker")
+        game.reset(num_players=2, seed=seed)
+        done = False
+        while not done:
+            pid, obs = game.observe()
+            ref = ModelRef(uid="cfr", model="cfr:20", backend="openspiel")
+            text = asyncio.run(agents.generate(GenerationRequest(model=ref, prompt=obs, observation=obs,
+                                                                 env_id="openspiel/leduc_poker", seed=seed)))
+            done, invalid = game.step(text.text.removeprefix("\\boxed{").removesuffix("}"))
+            assert not invalid

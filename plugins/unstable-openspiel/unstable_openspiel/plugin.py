@@ -1,0 +1,64 @@
+"""Hook implementations of unstable-openspiel. Nothing heavy is imported here: OpenSpiel loads
+when a game is made or checked."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from unstable_core import EnvProviderSpec, InferenceSpec, hookimpl
+
+from .agents import AgentModelOptions, AgentOptions, OpenSpielAgents, check_spec
+from .env import OpenSpielOptions, OpenSpielProvider, check_env
+
+
+@hookimpl
+def unstable_envs() -> list[EnvProviderSpec]:
+    return [EnvProviderSpec(name="openspiel", summary="OpenSpiel's two-player games by name (kuhn_poker, leduc_poker, ...)",
+                            config=OpenSpielOptions, factory=lambda o, ctx: OpenSpielProvider(o), check_env=check_env)]
+
+
+@hookimpl
+def unstable_inference_backends() -> list[InferenceSpec]:
+    return [InferenceSpec(name="openspiel", summary="OpenSpiel opponents: uniform, cfr[:N], best-response:SPEC",
+                          config=AgentOptions, factory=lambda o, ctx: OpenSpielAgents(o), check_model=check_spec,
+                          model_options=AgentModelOptions, serves_checkpoints=False, answers_at_once=True,
+                          scores_completions=True)]
+
+
+@hookimpl
+def unstable_register_commands(cli: Any) -> None:
+    import click
+
+    @cli.command(short_help="Exploitability (NashConv) of a policy on an OpenSpiel game.")
+    @click.argument("spec")
+    @click.option("--env", "env_id", required=True, help="An OpenSpiel game, e.g. openspiel/kuhn_poker.")
+    @click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="A game parameter (repeatable).")
+    @click.option("--template", default="default", show_default=True, help="Template that renders the prompts.")
+    @click.option("--max-info-states", default=100_000, show_default=True, type=click.IntRange(min=1),
+                  help="Refuse games with more information states.")
+    @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+    def exploitability(spec: str, env_id: str, params: tuple[str, ...], template: str, max_info_states: int,
+                       as_json: bool) -> None:
+        """Exploitability of SPEC's exact policy on an OpenSpiel game, by OpenSpiel's own NashConv
+        (0: a Nash equilibrium). SPEC: a scripted agent (random-valid, ...) or an openspiel agent
+        (uniform, cfr, cfr:N, best-response:SPEC).
+
+        Example: unstable exploitability random-valid --env openspiel/kuhn_poker --json
+        """
+        from unstable_core import UnstableError
+
+        from .exploit import exploitability as compute
+
+        parsed: dict[str, Any] = {}
+        for item in params:
+            key, eq, value = item.partition("=")
+            if not eq or not key:
+                raise UnstableError(f"--param {item!r}: expected KEY=VALUE")
+            parsed[key] = int(value) if value.lstrip("-").isdigit() else value
+        report = compute(spec, env_id, parsed, template, max_info_states)
+        if as_json:
+            click.echo(report.model_dump_json(indent=2))
+        else:
+            click.echo(f"{report.spec} on {report.env}: exploitability {report.exploitability:.4f} (NashConv "
+                       f"{report.nash_conv:.4f}), invalid mass max {report.invalid_mass:.4f}, {report.info_states} "
+                       f"information states, {report.seconds:.1f} s")

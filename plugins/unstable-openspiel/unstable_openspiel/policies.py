@@ -1,0 +1,142 @@
+"""Tabular policies of a game's information states, and their exploitability by OpenSpiel's own
+code (``exploitability.nash_conv``: never re-implemented here).
+
+A policy is extracted exactly: each information state is rendered as the observation a player
+sees, and a ``probabilities(observation, labels)`` function gives the probability of each legal
+action's label (for a language model: of its canonical completion under the sampling settings it
+plays with). The mass left over is ``invalid_mass`` (answers that map to no legal action); the
+policy is renormalised over the legal actions for the figures.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from . import games, render
+
+#: observation, {label: action id} -> {label: probability} (may sum to less than 1)
+Probabilities = Callable[[str, dict[str, int]], dict[str, float]]
+MAX_INFO_STATES = 100_000
+
+
+@dataclass
+class InfoState:
+    key: str  # OpenSpiel's information state string
+    player: int
+    state: Any  # one state of the information state
+    labels: dict[str, int]
+    observation: str
+
+
+def info_states(env_id: str, params: dict[str, Any] | None = None, limit: int = MAX_INFO_STATES) -> list[InfoState]:
+    """Every information state of the game where a player acts, in a fixed order; ValueError
+    when there are more than ``limit`` (the game is too large to extract)."""
+    game = games.load(env_id, params)
+    name = games.game_name(env_id)
+    found: dict[str, InfoState] = {}
+    for state in _decision_states(game.new_initial_state()):
+        player = state.current_player()
+        key = state.information_state_string(player)
+        if key not in found:
+            if len(found) >= limit:
+                raise ValueError(f"{name} has more than max_info_states = {limit} information states: too large to extract "
+                                 "exactly (raise max_info_states if it fits in memory and time)")
+            labels = render.action_labels(name, state)
+            found[key] = InfoState(key, player, state.clone(), labels, render.observation(name, state, player, labels))
+    return list(found.values())
+
+
+def _decision_states(state: Any) -> Iterator[Any]:
+    if state.is_terminal():
+        return
+    if state.is_chance_node():
+        for action, _ in state.chance_outcomes():
+            yield from _decision_states(state.child(action))
+        return
+    yield state
+    for action in state.legal_actions():
+        yield from _decision_states(state.child(action))
+
+
+@dataclass
+class Extracted:
+    policy: Any  # open_spiel.python.policy.TabularPolicy
+    invalid_mass: dict[str, float]  # by information state
+    seconds: float
+
+    @property
+    def max_invalid_mass(self) -> float:
+        return max(self.invalid_mass.values(), default=0.0)
+
+    @property
+    def mean_invalid_mass(self) -> float:
+        return sum(self.invalid_mass.values()) / max(len(self.invalid_mass), 1)
+
+
+def extract(env_id: str, params: dict[str, Any] | None, probabilities: Probabilities,
+            limit: int = MAX_INFO_STATES) -> Extracted:
+    """The tabular policy ``probabilities`` defines on every information state of the game."""
+    from open_spiel.python import policy as policy_lib
+
+    began = time.perf_counter()
+    states = info_states(env_id, params, limit)
+    game = games.load(env_id, params)
+    table = policy_lib.TabularPolicy(game, states={s.key: s.state for s in states})
+    invalid: dict[str, float] = {}
+    for info in states:
+        raw = probabilities(info.observation, info.labels)
+        total = sum(raw.get(label, 0.0) for label in info.labels)
+        invalid[info.key] = max(0.0, 1.0 - total)
+        row = table.policy_for_key(info.key)
+        row[:] = 0.0
+        for label, action in info.labels.items():
+            row[action] = raw.get(label, 0.0) / total if total > 0 else 1.0 / len(info.labels)
+    return Extracted(table, invalid, time.perf_counter() - began)
+
+
+def nash_conv(env_id: str, params: dict[str, Any] | None, policy: Any) -> tuple[float, float]:
+    """(exploitability, NashConv) of a policy, by OpenSpiel."""
+    from open_spiel.python.algorithms import exploitability
+
+    game = games.load(env_id, params)
+    conv = float(exploitability.nash_conv(game, policy))
+    return conv / game.num_players(), conv
+
+
+def cfr_policy(env_id: str, params: dict[str, Any] | None, iterations: int) -> Any:
+    """OpenSpiel's CFR average policy after ``iterations`` iterations."""
+    from open_spiel.python.algorithms import cfr
+
+    solver = cfr.CFRSolver(games.load(env_id, params))
+    for _ in range(iterations):
+        solver.evaluate_and_update_policy()
+    return solver.average_policy()
+
+
+def best_response_policy(env_id: str, params: dict[str, Any] | None, policy: Any) -> tuple[Any, list[float]]:
+    """Each player's best response to ``policy`` (the other player's strategy), tabulated as one
+    policy, and the value each player's best response gets against it."""
+    from open_spiel.python.algorithms import best_response
+
+    game = games.load(env_id, params)
+    responses = [best_response.BestResponsePolicy(game, player, policy) for player in range(game.num_players())]
+    table = tabulate(env_id, params, lambda info: responses[info.player].action_probabilities(info.state, info.player))
+    return table, [float(r.value(game.new_initial_state())) for r in responses]
+
+
+def tabulate(env_id: str, params: dict[str, Any] | None, probs: Callable[[InfoState], dict[int, float]],
+             limit: int = MAX_INFO_STATES) -> Any:
+    """A TabularPolicy from action probabilities per information state."""
+    from open_spiel.python import policy as policy_lib
+
+    states = info_states(env_id, params, limit)
+    table = policy_lib.TabularPolicy(games.load(env_id, params), states={s.key: s.state for s in states})
+    for info in states:
+        row = table.policy_for_key(info.key)
+        row[:] = 0.0
+        for action, p in probs(info).items():
+            row[action] = p
+    return table
