@@ -202,6 +202,23 @@ class HFInference:
             self.batches.append(len(requests))
             return results
 
+    def completion_probabilities(self, request: GenerationRequest, completions: list[str]) -> list[float]:
+        """The exact probability that ``generate(request)`` answers each text (``scoring.py``)."""
+        from .scoring import completion_targets, sequence_probabilities
+
+        o = self.options
+        with self._lock:
+            model = self._base(request.model)
+            tok = self.tokenizer
+            adapter = self._activate(model, request.model)
+            prompt = tok(request.prompt, add_special_tokens=False)["input_ids"]
+            if o.max_prompt_tokens:
+                prompt = prompt[-o.max_prompt_tokens :]
+            targets = completion_targets(tok, completions, o.max_tokens)
+            pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+            with model.disable_adapter() if adapter is None else contextlib.nullcontext():
+                return sequence_probabilities(model, prompt, targets, pad, o.temperature, o.top_p)
+
     async def generate(self, request: GenerationRequest) -> Completion:
         loop = asyncio.get_running_loop()
         if self._queue is None or self._loop is not loop:  # queue and batcher belong to one event loop

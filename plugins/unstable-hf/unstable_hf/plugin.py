@@ -38,6 +38,7 @@ def unstable_inference_backends() -> list[InferenceSpec]:
             config=_inference_options(),
             factory=make_inference,
             check_model=check_model,
+            scores_completions=True,
         )
     ]
 

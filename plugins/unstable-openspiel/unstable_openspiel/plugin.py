@@ -33,15 +33,22 @@ def unstable_register_commands(cli: Any) -> None:
     @click.argument("spec")
     @click.option("--env", "env_id", required=True, help="An OpenSpiel game, e.g. openspiel/kuhn_poker.")
     @click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="A game parameter (repeatable).")
-    @click.option("--template", default="default", show_default=True, help="Template that renders the prompts.")
+    @click.option("--template", default=None, help="Template that renders the prompts (default: a run's env template; "
+                  "qwen3-zs for tiny models; else default).")
+    @click.option("--checkpoint", default=None, help="With a run directory: this checkpoint (default: the latest).")
+    @click.option("--temperature", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+                  help="With a model given by name: its sampling temperature.")
+    @click.option("--top-p", default=1.0, show_default=True, type=click.FloatRange(0, 1, min_open=True),
+                  help="With a model given by name: its nucleus sampling threshold.")
     @click.option("--max-info-states", default=100_000, show_default=True, type=click.IntRange(min=1),
                   help="Refuse games with more information states.")
     @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-    def exploitability(spec: str, env_id: str, params: tuple[str, ...], template: str, max_info_states: int,
-                       as_json: bool) -> None:
+    def exploitability(spec: str, env_id: str, params: tuple[str, ...], template: str | None, checkpoint: str | None,
+                       temperature: float, top_p: float, max_info_states: int, as_json: bool) -> None:
         """Exploitability of SPEC's exact policy on an OpenSpiel game, by OpenSpiel's own NashConv
-        (0: a Nash equilibrium). SPEC: a scripted agent (random-valid, ...) or an openspiel agent
-        (uniform, cfr, cfr:N, best-response:SPEC).
+        (0: a Nash equilibrium). SPEC: a run directory (its latest checkpoint), a model (tiny:...,
+        a local path), a scripted agent (random-valid, ...) or an openspiel agent (uniform, cfr,
+        cfr:N, best-response:SPEC).
 
         Example: unstable exploitability random-valid --env openspiel/kuhn_poker --json
         """
@@ -55,7 +62,8 @@ def unstable_register_commands(cli: Any) -> None:
             if not eq or not key:
                 raise UnstableError(f"--param {item!r}: expected KEY=VALUE")
             parsed[key] = int(value) if value.lstrip("-").isdigit() else value
-        report = compute(spec, env_id, parsed, template, max_info_states)
+        report = compute(spec, env_id, parsed, template, max_info_states, checkpoint=checkpoint,
+                         sampling={"temperature": temperature, "top_p": top_p})
         if as_json:
             click.echo(report.model_dump_json(indent=2))
         else:

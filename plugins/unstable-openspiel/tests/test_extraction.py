@@ -1,0 +1,117 @@
+"""The extracted policy of a language model is the policy it plays: over thousands of sampled
+games, each information state's action frequencies lie within 4 standard errors of the
+probabilities extracted from its token logprobs (the tiny model's base policy and a policy moved
+away from it)."""
+
+import json
+import math
+from collections import Counter, defaultdict
+
+import pytest
+
+import unstable_core
+
+pytest.importorskip("unstable_hf")
+
+KUHN = "openspiel/kuhn_poker"
+SAMPLING = {"temperature": 1.0, "top_p": 0.95, "max_tokens": 12}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from unstable_hf.testing import build_fast_tiny
+
+    return build_fast_tiny(tmp_path_factory.getbasetemp() / "tiny", f"tiny:{KUHN}?sft_steps=60&corpus_games=100")
+
+
+def sampled_play(model, tmp_path, games):
+    """Every turn of the model (seat alternating) against random-valid: observation -> action counts."""
+    cfg = {"name": "sampled", "seed": 1, "train_envs": [{"env_id": KUHN, "template": "qwen3-zs"}],
+           "opponents": [{"uid": "tiny", "model": model, "backend": "hf"}, "random-valid"], "model_sampler": {"name": "fixed"},
+           "backends": {"hf": {**SAMPLING, "batch_wait_ms": 5}},
+           "collection": {"tournament_games": games, "num_train_games": 64, "transcripts": 1.0}, "trackers": []}
+    result = unstable_core.run(cfg, run_dir=tmp_path / "play")
+    assert result.status == "completed"
+    counts: dict[str, Counter] = defaultdict(Counter)
+    for line in (tmp_path / "play" / "games" / "tournament.jsonl").read_text().splitlines():
+        game = json.loads(line)
+        for turn in game["turns"]:
+            if game["seats"][turn["player_id"]]["uid"] == "tiny":
+                known = turn["completion"] in (f"\\boxed{{{m}}}" for m in ("[pass]", "[bet]"))
+                counts[turn["observation"]][turn["action"] if known else "other"] += 1
+    return counts
+
+
+def test_the_extracted_policy_is_the_sampled_one(tiny, tmp_path):
+    from unstable_openspiel.exploit import exploitability
+
+    from unstable_core import GenerationRequest, ModelRef, build_component
+
+    report = exploitability(tiny, KUHN, template="qwen3-zs", sampling={"temperature": 1.0, "top_p": 0.95})
+    assert report.info_states == 12 and 0.0 <= report.invalid_mass < 0.05
+    counts = sampled_play(tiny, tmp_path, 4000)
+    backend = build_component("inference", "hf", SAMPLING)
+    render = build_component("template", "qwen3-zs").render
+    ref = ModelRef(uid="tiny", model=tiny, backend="hf")
+
+    def probabilities(info):
+        request = GenerationRequest(model=ref, prompt=render(info.observation), observation=info.observation, env_id=KUHN)
+        return dict(zip(info.labels, backend.completion_probabilities(request, [f"\\boxed{{{label}}}" for label in info.labels])))
+
+    per_state_check(counts, probabilities, min_states=12)
+
+
+def per_state_check(counts, probabilities, min_states):
+    """Each information state's action (and non-canonical answer) frequencies against the
+    extracted probabilities, within 4 standard errors."""
+    from unstable_openspiel.policies import info_states
+
+    checked = 0
+    for info in info_states(KUHN):
+        seen = counts.get(info.observation)
+        if not seen:
+            continue
+        n = sum(seen.values())
+        probs = probabilities(info)
+        expected = {**probs, "other": max(0.0, 1.0 - sum(probs.values()))}
+        observed = {label: seen.get(label, 0) for label in probs}
+        observed["other"] = n - sum(observed.values())
+        for key, p in expected.items():
+            se = math.sqrt(max(p * (1 - p), 1e-4) / n)
+            assert abs(observed[key] / n - p) < 4 * se, (info.observation[-60:], key, observed, expected, n)
+        checked += 1
+    assert checked >= min_states
+
+
+def test_a_trained_checkpoints_extracted_policy_is_the_one_it_plays(tiny, tmp_path):
+    """A short training run moves the policy; its final evaluation (3,000 games, temperature 0.7,
+    no nucleus, so some answers are not canonical) is the sampled play its extraction must match."""
+    from unstable_openspiel.exploit import exploitability, resolve
+
+    from unstable_core import GenerationRequest, build_component
+
+    overrides = [f'model.model="{tiny}"', "training.learning_steps=6", "training.save_every=3", "training.eval_every=0",
+                 "training.batch_size=64", "learner.lr=1e-2", 'collection.mode="sync"', "collection.eval_games=3000",
+                 "collection.num_eval_games=64", "inference.temperature=0.7", "inference.top_p=1.0", "trackers=[]"]
+    examples = __import__("pathlib").Path(__file__).resolve().parents[3] / "examples"
+    result = unstable_core.run(examples / "openspiel-kuhn-tiny.toml", run_dir=tmp_path / "run", overrides=overrides)
+    assert result.status == "completed" and result.learner_steps == 6
+    counts: dict[str, Counter] = defaultdict(Counter)
+    for line in (tmp_path / "run" / "games" / "eval.jsonl").read_text().splitlines():
+        game = json.loads(line)
+        for turn in game["turns"]:
+            if game["seats"][turn["player_id"]]["uid"] == "ckpt-6":
+                known = turn["completion"] in (f"\\boxed{{{m}}}" for m in ("[pass]", "[bet]"))
+                counts[turn["observation"]][turn["action"] if known else "other"] += 1
+    served = resolve(str(tmp_path / "run"), KUHN)
+    assert served.ref.uid == "ckpt-6" and served.options["temperature"] == 0.7 and served.template == "qwen3-zs"
+    backend = build_component("inference", "hf", served.options)
+    render = build_component("template", served.template).render
+
+    def probabilities(info):
+        request = GenerationRequest(model=served.ref, prompt=render(info.observation), observation=info.observation, env_id=KUHN)
+        return dict(zip(info.labels, backend.completion_probabilities(request, [f"\\boxed{{{label}}}" for label in info.labels])))
+
+    per_state_check(counts, probabilities, min_states=12)
+    report = exploitability(str(tmp_path / "run"), KUHN)
+    assert report.info_states == 12 and report.invalid_mass > 0.0  # no nucleus: stray answers keep some mass
