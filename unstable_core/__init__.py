@@ -33,7 +33,8 @@ _LAZY = {
     )},
     **{n: "protocols" for n in (
         "GameEnv", "EnvProvider", "EnvSampler", "ModelSampler", "Registry", "Rater", "Buffer", "Learner", "Inference",
-        "Executor", "Tracker", "Template", "CompletionScorer", "FinalRewardTransform", "StepRewardTransform", "SamplingRewardTransform",
+        "Executor", "Tracker", "Template", "CompletionScorer", "PolicyMetrics", "ActionProbabilities",
+        "FinalRewardTransform", "StepRewardTransform", "SamplingRewardTransform",
     )},
     **{n: "errors" for n in (
         "UnstableError", "ConfigError", "PluginError", "UnknownComponentError", "ComponentError", "RunFailed",

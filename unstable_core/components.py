@@ -128,6 +128,11 @@ class EnvProviderSpec(ComponentSpec):
         description="check_env(env, options): raise ValueError for an environment (id, players, kwargs) the provider "
         "cannot make; called by `unstable config check` and before a run starts.",
     )
+    policy_metrics: bool = Field(
+        False, description="The provider offers policy_metrics(env, probabilities) -> dict[str, float] (the PolicyMetrics "
+        "protocol): exact figures of a policy on a game, e.g. its exploitability, from the probability of each legal "
+        "action's answer in each information state (`collection.eval_policy_metrics`).",
+    )
 
 
 class EnvSamplerSpec(ComponentSpec):

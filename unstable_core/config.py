@@ -71,6 +71,11 @@ class CollectionConfig(Section):
     )
     num_train_games: int = Field(8, ge=1, le=MAX_IN_FLIGHT, description="Training (or tournament) games kept in flight.")
     num_eval_games: int = Field(4, ge=1, le=MAX_IN_FLIGHT, description="Evaluation games kept in flight.")
+    eval_policy_metrics: bool = Field(
+        False, description="With each evaluation, also the exact policy metrics the env's provider offers for the evaluated "
+        "model (openspiel: exploitability, nash_conv, invalid_mass), in the eval records' `policy`; the model's "
+        "backend must score completions (hf, scripted).",
+    )
     eval_games: int = Field(
         16, ge=0, le=1_000_000, description="Evaluation games per (checkpoint, env, opponent): the cap of one evaluation round."
     )

@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .plugins import PluginRecipe
     from .runtime.plan import Recipe, RunPlan
     from .runtime.roles.start import build_role
-    from .types import Batch, Checkpoint, GameResult, GameSpec, ModelRef
+    from .types import Batch, Checkpoint, EnvSpec, GameResult, GameSpec, ModelRef
 
 
 @runtime_checkable
@@ -85,6 +85,11 @@ class RolloutHandle(Protocol):
 
     async def set_policy(self, checkpoint: Checkpoint) -> int:
         """Serve ``checkpoint`` in the trained model's backend; return the version it serves."""
+        ...
+
+    async def policy_metrics(self, model: ModelRef, env: EnvSpec) -> dict[str, float]:
+        """The exact policy metrics of ``model`` on ``env`` its provider offers (e.g. exploitability);
+        empty when it offers none."""
         ...
 
 

@@ -9,7 +9,7 @@ the plugin and the protocol when it does not.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from .types import Batch, Checkpoint, Completion, EnvSpec, GameResult, GenerationRequest, ModelRef, Step
@@ -41,6 +41,21 @@ class EnvProvider(Protocol):
 
     def known_env_ids(self) -> list[str]:
         """Ids known to work on this machine (for `unstable envs list`)."""
+        ...
+
+
+#: (observation, action labels) -> the probability the policy answers each label
+ActionProbabilities = Callable[[str, list[str]], list[float]]
+
+
+@runtime_checkable
+class PolicyMetrics(Protocol):
+    """What an env provider whose record declares ``policy_metrics`` also offers."""
+
+    def policy_metrics(self, env: EnvSpec, probabilities: ActionProbabilities) -> dict[str, float]:
+        """Exact figures of the policy ``probabilities`` describes on ``env`` (e.g. exploitability):
+        the provider enumerates the game's information states, renders each as the observation a
+        player sees, and asks for the probability of each legal action's label."""
         ...
 
 

@@ -64,6 +64,11 @@ class EvalRecord(Record):
     loss_rate: float
     invalid_rate: float = Field(description="Games in which the model made an invalid move.")
     format_rate: float = Field(description="Turns with a well-formed answer.")
+    policy: dict[str, float] = Field(
+        default_factory=dict, description="Exact policy metrics of the evaluated model on this env, when "
+        "`collection.eval_policy_metrics` is on and the env's provider offers them (openspiel: exploitability, "
+        "nash_conv, invalid_mass, info_states).",
+    )
 
 
 class EvalSkippedRecord(Record):

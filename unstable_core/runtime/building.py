@@ -5,13 +5,8 @@ components of a plan built by config key (``Builder``), and one component outsid
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ..plugins import PluginSystem
-
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 from pydantic import BaseModel
@@ -23,6 +18,9 @@ from ..errors import ComponentError, PluginError, UnstableError, describe_error
 from ..types import ModelRef
 from .plan import RunPlan
 from .seeds import derive_seed
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..plugins import PluginSystem
 
 
 def component_label(system: PluginSystem, kind: str, name: str) -> str:

@@ -7,18 +7,16 @@ resolved config plus a recipe per config key (``make_plan``, after the config pa
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ..plugins import PluginSystem
-
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
 from ..config import RunConfig
 from ..config_check import check_run, validate_options
 from .seeds import derive_seed
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..plugins import PluginSystem
 
 
 class Recipe(BaseModel):

@@ -92,7 +92,8 @@ def test_a_trained_checkpoints_extracted_policy_is_the_one_it_plays(tiny, tmp_pa
 
     overrides = [f'model.model="{tiny}"', "training.learning_steps=6", "training.save_every=3", "training.eval_every=0",
                  "training.batch_size=64", "learner.lr=1e-2", 'collection.mode="sync"', "collection.eval_games=3000",
-                 "collection.num_eval_games=64", "inference.temperature=0.7", "inference.top_p=1.0", "trackers=[]"]
+                 "collection.num_eval_games=64", "inference.temperature=0.7", "inference.top_p=1.0", "trackers=[]",
+                 "collection.eval_policy_metrics=true"]
     examples = __import__("pathlib").Path(__file__).resolve().parents[3] / "examples"
     result = unstable_core.run(examples / "openspiel-kuhn-tiny.toml", run_dir=tmp_path / "run", overrides=overrides)
     assert result.status == "completed" and result.learner_steps == 6
@@ -115,3 +116,8 @@ def test_a_trained_checkpoints_extracted_policy_is_the_one_it_plays(tiny, tmp_pa
     per_state_check(counts, probabilities, min_states=12)
     report = exploitability(str(tmp_path / "run"), KUHN)
     assert report.info_states == 12 and report.invalid_mass > 0.0  # no nucleus: stray answers keep some mass
+    # the run's evaluations carry the same figures, computed by the rollout role while it ran
+    evals = {r.step: r.policy for r in result.eval_records}
+    assert set(evals) == {0, 6} and evals[0]["info_states"] == 12
+    assert evals[6]["exploitability"] == pytest.approx(report.exploitability, abs=1e-9)
+    assert evals[6]["invalid_mass"] == pytest.approx(report.invalid_mass, abs=1e-9)

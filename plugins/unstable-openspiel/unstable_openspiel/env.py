@@ -14,9 +14,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from unstable_core import EnvSpec
+from unstable_core import ActionProbabilities, EnvSpec
 
-from . import games, render
+from . import games, policies, render
 
 INVALID_NOTE = "Your last answer was not one of the available actions; choose one of them."
 
@@ -25,6 +25,9 @@ class OpenSpielOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     invalid_move_allowance: int = Field(0, ge=0, description="Invalid moves a player may make before losing (TextArena's rule).")
+    max_info_states: int = Field(
+        policies.MAX_INFO_STATES, ge=1, description="Largest game (information states) whose policy metrics are computed."
+    )
 
 
 class OpenSpielGame:
@@ -95,6 +98,15 @@ class OpenSpielProvider:
 
     def known_env_ids(self) -> list[str]:
         return [games.PREFIX + name for name in games.KNOWN_GAMES]
+
+    def policy_metrics(self, env: EnvSpec, probabilities: ActionProbabilities) -> dict[str, float]:
+        """Exploitability, NashConv and invalid mass (the largest and the mean over information
+        states) of the policy, by OpenSpiel."""
+        def by_label(observation: str, labels: dict[str, int]) -> dict[str, float]:
+            names = list(labels)
+            return dict(zip(names, probabilities(observation, names), strict=True))
+
+        return policies.metrics(env.env_id, env.kwargs, by_label, self.options.max_info_states)
 
 
 def check_env(env: EnvSpec, options: OpenSpielOptions) -> None:

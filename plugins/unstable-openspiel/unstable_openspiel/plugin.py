@@ -14,7 +14,8 @@ from .env import OpenSpielOptions, OpenSpielProvider, check_env
 @hookimpl
 def unstable_envs() -> list[EnvProviderSpec]:
     return [EnvProviderSpec(name="openspiel", summary="OpenSpiel's two-player games by name (kuhn_poker, leduc_poker, ...)",
-                            config=OpenSpielOptions, factory=lambda o, ctx: OpenSpielProvider(o), check_env=check_env)]
+                            config=OpenSpielOptions, factory=lambda o, ctx: OpenSpielProvider(o), check_env=check_env,
+                            policy_metrics=True)]
 
 
 @hookimpl

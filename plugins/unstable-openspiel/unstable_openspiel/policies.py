@@ -106,6 +106,16 @@ def nash_conv(env_id: str, params: dict[str, Any] | None, policy: Any) -> tuple[
     return conv / game.num_players(), conv
 
 
+def metrics(env_id: str, params: dict[str, Any] | None, probabilities: Probabilities,
+            limit: int = MAX_INFO_STATES) -> dict[str, float]:
+    """Exploitability, NashConv and invalid mass of the policy ``probabilities`` defines."""
+    extracted = extract(env_id, params, probabilities, limit)
+    value, conv = nash_conv(env_id, params, extracted.policy)
+    return {"exploitability": value, "nash_conv": conv, "invalid_mass": extracted.max_invalid_mass,
+            "invalid_mass_mean": extracted.mean_invalid_mass, "info_states": float(len(extracted.invalid_mass)),
+            "seconds": round(extracted.seconds, 3)}
+
+
 def cfr_policy(env_id: str, params: dict[str, Any] | None, iterations: int) -> Any:
     """OpenSpiel's CFR average policy after ``iterations`` iterations."""
     from open_spiel.python.algorithms import cfr

@@ -13,7 +13,7 @@ from typing import Any
 
 from ...errors import ComponentError
 from ...records import EvalRecord, EvalSkippedRecord
-from ...types import GameResult, GameSpec, ValidationEndContext, ValidationStartContext
+from ...types import GameResult, GameSpec, ModelRef, ValidationEndContext, ValidationStartContext
 from .collector import Collector
 from .reporter import Reporter
 from .state import RunContext
@@ -25,8 +25,8 @@ class EvalRound:
     finished, and the running outcome counts. A run snapshot taken while it plays saves the
     games not yet finished with the counts so far; resuming plays those and reports the round."""
 
-    def __init__(self, step: int, specs: list[GameSpec], agg: OutcomeAggregator) -> None:
-        self.step, self.specs, self.agg = step, specs, agg
+    def __init__(self, step: int, specs: list[GameSpec], agg: OutcomeAggregator, model: ModelRef | None = None) -> None:
+        self.step, self.specs, self.agg, self.model = step, specs, agg, model
         self.taken = 0
         self.finished: set[int] = set()
 
@@ -40,13 +40,15 @@ class EvalRound:
 
     def state_dict(self) -> dict[str, Any]:
         unfinished = [s.model_dump(mode="json") for s in self.specs if s.game_idx not in self.finished]
-        return {"step": self.step, "specs": unfinished, "counts": self.agg.state_dict()}
+        model = self.model.model_dump(mode="json") if self.model is not None else None
+        return {"step": self.step, "specs": unfinished, "counts": self.agg.state_dict(), "model": model}
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> EvalRound:
         agg = OutcomeAggregator(anchor=None)
         agg.load_state_dict(state["counts"])
-        return cls(state["step"], [GameSpec.model_validate(s) for s in state["specs"]], agg)
+        model = ModelRef.model_validate(state["model"]) if state.get("model") else None
+        return cls(state["step"], [GameSpec.model_validate(s) for s in state["specs"]], agg, model)
 
 
 class Evaluator:
@@ -82,7 +84,7 @@ class Evaluator:
         model, specs = await league.eval_specs(step)
         if model is None or not specs:
             return None
-        round = EvalRound(step, specs, OutcomeAggregator(anchor=model.uid))
+        round = EvalRound(step, specs, OutcomeAggregator(anchor=model.uid), model)
         self.rounds.append(round)
         return round
 
@@ -94,11 +96,21 @@ class Evaluator:
             await self.collector.lanes(run.cfg.collection.num_eval_games, round.next_specs, round.add)
         finally:
             self.rounds.remove(round)
-        records = round.agg.records(round.step, run.out.now())
+        records = await self.with_policy_metrics(round, round.agg.records(round.step, run.out.now()))
         self.reporter.publish_eval(records)
         run.system.call_lifecycle("unstable_validation_end", ctx=ValidationEndContext(
             run_dir=run.run_dir, learner_step=round.step, records=[r.model_dump(mode="json") for r in records]))
         return records
+
+    async def with_policy_metrics(self, round: EvalRound, records: list[EvalRecord]) -> list[EvalRecord]:
+        """The records with the evaluated model's exact policy metrics on each env where its
+        provider offers them (``collection.eval_policy_metrics``)."""
+        if not self.run.cfg.collection.eval_policy_metrics or round.model is None:
+            return records
+        metrics = {}
+        for env in self.run.cfg.evaluation_envs:
+            metrics[env.env_id] = await self.run.roles.rollouts[0].policy_metrics(round.model, env)
+        return [r.model_copy(update={"policy": metrics.get(r.env_id, {})}) for r in records]
 
     def state_dict(self) -> list[dict[str, Any]]:
         return [r.state_dict() for r in self.rounds]

@@ -8,12 +8,7 @@ useless (``LearnerSpec.drop_zero_advantage``, overridden by ``training.filter_ze
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ...plugins import PluginSystem
-
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...errors import ComponentError
 from ...state import load_into, state_of
@@ -21,6 +16,9 @@ from ...types import Batch, GameResult, Step
 from ..building import Builder, guarded
 from ..plan import RunPlan
 from .rewards import RewardPipelines
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ...plugins import PluginSystem
 
 
 class BufferRole:

@@ -8,13 +8,8 @@ subscribed to lifecycle events (the curriculum sampler) get ``unstable_game_end`
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ...plugins import PluginSystem
-
 import random
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...basemodel import trusted
 from ...errors import ComponentError
@@ -24,6 +19,9 @@ from ..building import Builder, guarded
 from ..plan import RunPlan
 from ..seeds import derive_seed, index_seed
 from .registry import ModelRegistry
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ...plugins import PluginSystem
 
 
 class League:

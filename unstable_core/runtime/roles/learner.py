@@ -5,19 +5,17 @@ loop of the process it runs in (games, in the local executor) keeps going."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ...plugins import PluginSystem
-
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...errors import ComponentError
 from ...state import load_into, state_of
 from ...types import Batch, Checkpoint
 from ..building import Builder, guarded
 from ..plan import RunPlan
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ...plugins import PluginSystem
 
 
 class LearnerRole:

@@ -7,16 +7,13 @@ to the backend of the model being trained, which confirms the version it now ser
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ...plugins import PluginSystem
-
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ...errors import RunFailed
-from ...types import Checkpoint, GameResult, GameSpec
+from ...config import env_provider_of
+from ...errors import PluginError, RunFailed
+from ...protocols import PolicyMetrics
+from ...types import Checkpoint, EnvSpec, GameResult, GameSpec, GenerationRequest, ModelRef
 from ..building import Builder, guarded
 from ..game.eager import eager
 from ..game.envcalls import EnvCalls
@@ -25,12 +22,16 @@ from ..game.lockstep import Lockstep
 from ..game.runner import GameRunner
 from ..plan import RunPlan
 
+if TYPE_CHECKING:  # pragma: no cover
+    from ...plugins import PluginSystem
+
 
 class Rollout:
     def __init__(self, plan: RunPlan, system: PluginSystem) -> None:
         cfg = plan.config
         self.builder = builder = Builder(plan, system)
         self.trained_backend = cfg.inference.name
+        self.default_env = cfg.env.name
         providers = {cfg.env.name: builder.build("env")}
         providers |= {name: builder.build(f"env_providers.{name}") for name in cfg.env_provider_names()}
         self.env_providers = EnvProviders(cfg.env.name, providers)
@@ -111,6 +112,29 @@ class Rollout:
                 f"{label}: after load_checkpoint({checkpoint.uid!r}) it serves version {served!r}, not {checkpoint.version}"
             )
         return served
+
+    async def policy_metrics(self, model: ModelRef, env: EnvSpec) -> dict[str, float]:
+        """The exact policy metrics ``env``'s provider offers for ``model`` (e.g. exploitability),
+        from the probability the model's backend gives each legal action's answer (the built-in
+        templates' answer form, ``\\boxed{label}``); nothing when the provider offers none or
+        the backend scores no completions. Computed in a worker thread: games go on."""
+        name = env_provider_of(env.env_id, self.default_env)
+        provider_key = "env" if name == self.default_env else f"env_providers.{name}"
+        backend_key = "inference" if model.backend == self.trained_backend else f"backends.{model.backend}"
+        if not self.builder.spec(provider_key).policy_metrics or not self.builder.spec(backend_key).scores_completions:
+            return {}
+        provider, backend, template = self.env_providers.providers[name], self.backend(model.backend), self.template(env.template)
+        if not isinstance(provider, PolicyMetrics):
+            raise PluginError(f"{self.builder.label(provider_key)} declares policy_metrics but has no policy_metrics()")
+
+        def probabilities(observation: str, labels: list[str]) -> list[float]:
+            prompt = template.render(observation, tokenizer=backend.tokenizer)
+            request = GenerationRequest(model=model, prompt=prompt, observation=observation, env_id=env.env_id)
+            return list(backend.completion_probabilities(request, [f"\\boxed{{{label}}}" for label in labels]))
+
+        metrics = await asyncio.to_thread(guarded, self.builder.label(provider_key), "policy_metrics", provider.policy_metrics,
+                                          env, probabilities)
+        return {str(k): float(v) for k, v in dict(metrics).items()}
 
     def close(self) -> None:
         for game in self._games:

@@ -7,15 +7,10 @@ OS error on it is one line naming the path. Trackers are built here, from the pl
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ...plugins import PluginSystem
-
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...errors import ComponentError, UnstableError, describe_error
 from ...records import GameRecord, Record, TranscriptRecord
@@ -26,6 +21,9 @@ from ..driver.stats import anchor_seat
 from ..plan import RunPlan
 from ..seeds import derive_seed, unit_hash
 from .jsonio import json_line, write_json_atomic
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ...plugins import PluginSystem
 
 TRANSCRIPT_TEXT_LIMIT = 2000
 RUN_MARKERS = ("config.json", "metrics.jsonl", "registry.json")
@@ -188,3 +186,4 @@ def game_record(result: GameResult, step: int, time_s: float) -> GameRecord:
         anchor_outcome=result.outcome_for(anchor) if result.outcome != "failed" else None,
         invalid=bool(traj and traj.made_invalid_move), duration_s=round(result.duration_s, 6),
     )
+
