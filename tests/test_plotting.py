@@ -71,3 +71,26 @@ def test_plot_runs_writes_where_asked(tmp_path):
     run = write_run(tmp_path / "r", {0: 0.5, 10: 0.6})
     path = plot_runs([run], tmp_path / "out.png", ceiling=0.77)
     assert path == tmp_path / "out.png" and path.stat().st_size > 1000
+
+
+def test_exploitability_gets_a_panel_of_its_own_with_reference_lines(tmp_path):
+    """Evaluations with policy metrics (one figure per env, whatever the opponent) are drawn on a
+    log-scale exploitability panel, mean and range over seeds; `--reference` adds lines."""
+    from unstable_core.plotting import read_metrics
+
+    runs = []
+    for name, values in (("a", {0: 0.48, 40: 0.3}), ("b", {0: 0.46, 40: 0.2})):
+        run = write_run(tmp_path / name, {0: 0.5, 40: 0.6})
+        extra = [{"type": "eval", "step": s, "env_id": "openspiel/kuhn_poker", "model": f"ckpt-{s}", "opponent": opp,
+                  "games": 100, "win_rate": 0.5, "draw_rate": 0.0, "loss_rate": 0.5, "invalid_rate": 0.0,
+                  "policy": {"exploitability": v, "nash_conv": 2 * v}} for s, v in values.items() for opp in ("random-valid", "cfr")]
+        with (run / "metrics.jsonl").open("a") as fh:
+            fh.write("".join(json.dumps(r) + "\n" for r in extra))
+        runs.append(run)
+    drawn = curves([read_metrics(r) for r in runs])
+    (label,) = drawn["exploitability"]
+    assert label == "openspiel/kuhn_poker"
+    assert drawn["exploitability"][label].mean == pytest.approx([0.47, 0.25]) and drawn["exploitability"][label].low == [0.46, 0.2]
+    out = plot_runs(runs, tmp_path / "curve.png", references={"uniform": 0.4583, "cfr": 0.0009})
+    assert out.stat().st_size > 10_000
+    assert "exploitability" not in curves([read_metrics(write_run(tmp_path / "c", {0: 0.5}))])

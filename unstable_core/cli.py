@@ -124,12 +124,24 @@ def config_check(file: str, overrides: tuple[str, ...]) -> None:
               help="PNG to write (default RUN_DIR/curve.png for one run, ./curve.png for several).")
 @click.option("--ceiling", type=click.FloatRange(0, 1), default=None,
               help="Draw the best known win rate (e.g. 0.77 on KuhnPoker, see docs/learning.md).")
-def plot(run_dirs: tuple[str, ...], out: str | None, ceiling: float | None) -> None:
-    """Plot evaluation curves (win and invalid-move rates per env and opponent) and training loss;
-    several runs (seeds) on one figure as their mean and range."""
+@click.option("--reference", "references", multiple=True, metavar="NAME=VALUE",
+              help="A reference line on the exploitability panel, e.g. uniform=0.4583 (repeatable).")
+def plot(run_dirs: tuple[str, ...], out: str | None, ceiling: float | None, references: tuple[str, ...]) -> None:
+    """Plot evaluation curves (win and invalid-move rates per env and opponent, exploitability
+    where evaluations have it) and training loss; several runs (seeds) on one figure as their
+    mean and range."""
     from .plotting import plot_runs
 
-    path = plot_runs(list(run_dirs), out, ceiling)
+    lines: dict[str, float] = {}
+    for item in references:
+        name, eq, value = item.partition("=")
+        try:
+            lines[name] = float(value)
+        except ValueError:
+            raise click.BadParameter(f"{item!r}: expected NAME=NUMBER", param_hint="--reference") from None
+        if not eq or not name:
+            raise click.BadParameter(f"{item!r}: expected NAME=NUMBER", param_hint="--reference")
+    path = plot_runs(list(run_dirs), out, ceiling, lines)
     click.echo(f"plot written to {path}")
 
 

@@ -47,8 +47,8 @@ def spread(runs: list[dict[int, float]]) -> Spread:
 
 
 def curves(runs: list[list[dict]]) -> dict[str, dict[str, Spread]]:
-    """{panel: {label: Spread}} for the panels "win rate", "invalid-move rate" and, when the runs
-    trained, "loss" and "grad norm". A training run's evaluations are labelled (env, opponent)
+    """{panel: {label: Spread}} for the panels "win rate", "invalid-move rate", "exploitability"
+    (evaluations with policy metrics) and, when the runs trained, "loss" and "grad norm". A training run's evaluations are labelled (env, opponent)
     across checkpoints; a tournament's (env, model, opponent)."""
     per_run: dict[str, dict[str, list[dict[int, float]]]] = defaultdict(lambda: defaultdict(list))
     for records in runs:
@@ -59,6 +59,8 @@ def curves(runs: list[list[dict]]) -> dict[str, dict[str, Spread]]:
                 label = f"{r['env_id']} vs {r['opponent']}" if training else f"{r['env_id']}: {r.get('model', '')} vs {r['opponent']}"
                 mine["win rate"][label][r["step"]] = r["win_rate"]
                 mine["invalid-move rate"][label][r["step"]] = r["invalid_rate"]
+                if "exploitability" in (r.get("policy") or {}):  # one figure per env, whatever the opponent
+                    mine["exploitability"][r["env_id"]][r["step"]] = r["policy"]["exploitability"]
             elif r.get("type") == "train":
                 for key, panel in (("loss", "loss"), ("grad_norm", "grad norm (before clip)")):
                     if key in r:
@@ -69,12 +71,15 @@ def curves(runs: list[list[dict]]) -> dict[str, dict[str, Spread]]:
     return {panel: {label: spread(values) for label, values in sorted(labels.items())} for panel, labels in per_run.items()}
 
 
-PANELS = ("win rate", "invalid-move rate", "loss", "grad norm (before clip)")
+PANELS = ("win rate", "exploitability", "invalid-move rate", "loss", "grad norm (before clip)")
 
 
-def plot_runs(run_dirs: list[str | Path], out: str | Path | None = None, ceiling: float | None = None) -> Path:
+def plot_runs(run_dirs: list[str | Path], out: str | Path | None = None, ceiling: float | None = None,
+              references: dict[str, float] | None = None) -> Path:
     """Draw the runs' curves into a PNG: ``out``, or RUN_DIR/curve.png for one run and curve.png
-    in the working directory for several. ``ceiling`` draws the best known win rate as a line."""
+    in the working directory for several. ``ceiling`` draws the best known win rate as a line;
+    ``references`` ({label: exploitability}, e.g. the uniform policy's and CFR's) draw lines on
+    the exploitability panel (log scale)."""
     try:
         import matplotlib
     except ImportError:
@@ -96,6 +101,10 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path | None = None, ceiling
                 ax.fill_between(s.steps, s.low, s.high, color=line.get_color(), alpha=0.2, linewidth=0)
         if panel == "win rate" and ceiling is not None:
             ax.axhline(ceiling, color="grey", linestyle="--", label=f"ceiling {ceiling:g}")
+        if panel == "exploitability":
+            for name, value in (references or {}).items():
+                ax.axhline(value, linestyle=":", color="grey", label=f"{name} {value:.4g}")
+            ax.set_yscale("log")
         ax.set(title=panel, xlabel="learner step")
         if panel == "win rate":
             ax.set_ylim(0, 1)

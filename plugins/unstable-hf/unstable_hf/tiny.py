@@ -111,10 +111,16 @@ class TinySpec(BaseModel):
                     raise ValueError(f"tiny model: {key}: {e}") from None
 
     def key(self) -> str:
-        """Cache key: the spec and the version of the build recipe."""
+        """Cache key: the spec, the version of the build recipe, and the version of each env
+        provider other than textarena (whose text the corpus and the warm start are made of)."""
+        from unstable_core import env_provider_of, get_plugin_system
+
         # keys of earlier specs unchanged: options at their defaults that were added later are left out
         unset = {k for k, default in (("sft_opponent", None), ("sft_targets", "agent")) if getattr(self, k) == default}
-        return hashlib.sha256((self.model_dump_json(exclude=unset) + f"|build{BUILD_VERSION}").encode()).hexdigest()[:16]
+        providers = sorted({env_provider_of(e, "textarena") for e in self.env_ids} - {"textarena"})
+        system = get_plugin_system() if providers else None
+        versions = "".join(f"|{p}={system.provider_of('env', p).version}" for p in providers) if system else ""
+        return hashlib.sha256((self.model_dump_json(exclude=unset) + f"|build{BUILD_VERSION}{versions}").encode()).hexdigest()[:16]
 
 
 def scripted_games(spec: TinySpec, games: int, seed: int, opponent: str | None = None, all_valid: bool = False) -> Targets:

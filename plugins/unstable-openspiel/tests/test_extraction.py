@@ -43,9 +43,8 @@ def sampled_play(model, tmp_path, games):
 
 
 def test_the_extracted_policy_is_the_sampled_one(tiny, tmp_path):
-    from unstable_openspiel.exploit import exploitability
-
     from unstable_core import GenerationRequest, ModelRef, build_component
+    from unstable_openspiel.exploit import exploitability
 
     report = exploitability(tiny, KUHN, template="qwen3-zs", sampling={"temperature": 1.0, "top_p": 0.95})
     assert report.info_states == 12 and 0.0 <= report.invalid_mass < 0.05
@@ -86,9 +85,8 @@ def per_state_check(counts, probabilities, min_states):
 def test_a_trained_checkpoints_extracted_policy_is_the_one_it_plays(tiny, tmp_path):
     """A short training run moves the policy; its final evaluation (3,000 games, temperature 0.7,
     no nucleus, so some answers are not canonical) is the sampled play its extraction must match."""
-    from unstable_openspiel.exploit import exploitability, resolve
-
     from unstable_core import GenerationRequest, build_component
+    from unstable_openspiel.exploit import exploitability, resolve
 
     overrides = [f'model.model="{tiny}"', "training.learning_steps=6", "training.save_every=3", "training.eval_every=0",
                  "training.batch_size=64", "learner.lr=1e-2", 'collection.mode="sync"', "collection.eval_games=3000",
@@ -121,3 +119,24 @@ def test_a_trained_checkpoints_extracted_policy_is_the_one_it_plays(tiny, tmp_pa
     assert set(evals) == {0, 6} and evals[0]["info_states"] == 12
     assert evals[6]["exploitability"] == pytest.approx(report.exploitability, abs=1e-9)
     assert evals[6]["invalid_mass"] == pytest.approx(report.invalid_mass, abs=1e-9)
+
+
+def test_a_tiny_models_cache_key_follows_the_env_providers_version(monkeypatch):
+    """A tiny model warm-started on another provider's text is rebuilt when that provider's
+    version (and so, possibly, its text) changes; textarena models keep their keys."""
+    import dataclasses
+
+    import unstable_core
+    from unstable_hf.tiny import TinySpec
+
+    spec = TinySpec(env_ids=(KUHN,))
+    before, textarena = spec.key(), TinySpec().key()
+    system = unstable_core.get_plugin_system()
+    real = system.provider_of
+
+    def newer(kind, name):
+        record = real(kind, name)
+        return dataclasses.replace(record, version="9.9") if name == "openspiel" else record
+
+    monkeypatch.setattr(system, "provider_of", newer)
+    assert spec.key() != before and TinySpec().key() == textarena

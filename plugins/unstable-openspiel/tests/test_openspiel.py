@@ -28,6 +28,7 @@ def openspiel_value(name, policy_factory, **params):
 
 def test_random_valid_is_as_exploitable_as_openspiels_uniform_policy(system):
     from open_spiel.python.policy import UniformRandomPolicy
+
     from unstable_openspiel.exploit import exploitability
 
     for game in ("kuhn_poker", "leduc_poker"):
@@ -175,9 +176,8 @@ def test_the_agents_play_only_legal_actions_and_the_envs_list_names_the_games():
     assert "openspiel/kuhn_poker" in done.stdout.split() and "KuhnPoker-v0" in done.stdout.split()
     import asyncio
 
-    from unstable_openspiel.agents import AgentOptions, OpenSpielAgents
-
     from unstable_core import GenerationRequest, ModelRef
+    from unstable_openspiel.agents import AgentOptions, OpenSpielAgents
 
     agents = OpenSpielAgents(AgentOptions())
     for seed in range(20):

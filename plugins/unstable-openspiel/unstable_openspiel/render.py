@@ -51,7 +51,7 @@ def information(game_name: str, state: Any, player: int) -> str:
     if game_name == "kuhn_poker":
         info = state.information_state_string(player)
         moves = [f"player {i % 2} {'bet' if c == 'b' else 'passed'}" for i, c in enumerate(info[1:])]
-        return f"Your card: {KUHN_CARDS[int(info[0])]}. Betting so far: {', '.join(moves) if moves else 'none'}."
+        return f"Betting so far: {', '.join(moves) if moves else 'none'}. Your card: {KUHN_CARDS[int(info[0])]}."
     if game_name == "liars_dice":
         tokens = state.information_state_string(player).split()
         dice = [t for t in tokens if t.isdigit()]
@@ -67,4 +67,5 @@ def information(game_name: str, state: Any, player: int) -> str:
 def observation(game_name: str, state: Any, player: int, labels: dict[str, int]) -> str:
     rules = RULES.get(game_name, f"{state.get_game().get_type().long_name} (OpenSpiel {game_name}).")
     actions = ", ".join(f"'{label}'" for label in labels)
-    return f"{rules}\nYou are player {player}.\n{information(game_name, state, player)}\nYour available actions are: {actions}"
+    # the information state last, right before the answer: what the decision turns on
+    return f"{rules}\nYou are player {player}.\nYour available actions are: {actions}\n{information(game_name, state, player)}"

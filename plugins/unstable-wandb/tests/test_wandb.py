@@ -146,3 +146,19 @@ def test_bad_options_are_one_config_error(make_plugin_system, tmp_path):
     system = make_plugin_system(toy_plugin, WANDB)
     with pytest.raises(unstable_core.ConfigError, match=r"trackers\.0\.mode"):
         unstable_core.build(toy_config(trackers=[{"name": "wandb", "mode": "sometimes"}]), run_dir=tmp_path / "r", plugins=system)
+
+
+def test_exact_policy_metrics_are_logged_per_env_and_model(tmp_path):
+    """An eval record's ``policy`` (exploitability and friends) goes to ``policy/<env>/<model>/...``:
+    the model's figure on the env, logged once whatever the opponent row carried it."""
+    from unstable_core import EvalRecord, build_component, get_plugin_system
+
+    tracker = build_component("tracker", "wandb", wandb_config(), plugins=get_plugin_system(), run_dir=str(tmp_path))
+    for opponent in ("random-valid", "cfr"):
+        tracker.log(EvalRecord(step=0, time=0.0, env_id="openspiel/kuhn_poker", model="tiny", opponent=opponent, games=10,
+                               win_rate=0.5, draw_rate=0.0, loss_rate=0.5, invalid_rate=0.0, format_rate=1.0,
+                               policy={"exploitability": 0.48, "nash_conv": 0.96}))
+    tracker.close()
+    (run,) = read_offline_runs(tmp_path)
+    assert [v for _, v in run.series("policy/openspiel_kuhn_poker/tiny/exploitability")] == [0.48, 0.48]
+    assert [v for _, v in run.series("policy/openspiel_kuhn_poker/tiny/nash_conv")] == [0.96, 0.96]

@@ -11,7 +11,9 @@ record          logged as
 ``start``       config: the resolved run config, plus ``plugins`` (name -> version)
 ``train``       ``train/<metric>`` and ``train/learner_tokens_per_s``, at ``learner_step``
 ``eval``        ``eval/<env>/<model>/<opponent>/<rate>`` at ``learner_step``; in a training
-                run the model is ``policy`` (the checkpoint evaluated at that step)
+                run the model is ``policy`` (the checkpoint evaluated at that step); exact
+                policy metrics (``collection.eval_policy_metrics``) as
+                ``policy/<env>/<model>/<metric>`` (exploitability, nash_conv, invalid_mass)
 ``summary``     ``collection/...`` (games/s, failures, buffer, per (mode, env) rates) at ``games``
 ``ratings``     ``ratings/<model>/<number>`` at ``games``
 ``transcript``  rows of the ``transcripts`` table (step, env, seed, player, prompt,
@@ -107,7 +109,10 @@ class WandbTracker:
     def _on_eval(self, r: Any) -> None:
         model = key_part(r.model) if not self.training else "policy"
         base = f"eval/{key_part(r.env_id)}/{model}/{key_part(r.opponent)}"
-        self.run.log({"learner_step": r.step, **{f"{base}/{k}": getattr(r, k) for k in RATES}, f"{base}/games": r.games})
+        data = {"learner_step": r.step, **{f"{base}/{k}": getattr(r, k) for k in RATES}, f"{base}/games": r.games}
+        # exact policy metrics are the model's on the env, whatever the opponent
+        data.update({f"policy/{key_part(r.env_id)}/{model}/{k}": v for k, v in r.policy.items()})
+        self.run.log(data)
 
     def _on_summary(self, r: Any) -> None:
         data: dict[str, Any] = {
