@@ -229,3 +229,18 @@ def test_progress_lines_without_a_dashboard_and_into_a_live_one(capsys):
     finally:
         presenter.close()
     assert set_sink(None) is None  # closing gave the sink back
+
+
+def test_evaluations_with_exact_policy_metrics_show_the_exploitability():
+    """An evaluation that carries policy metrics gets an exploitability column in the table and
+    the figure on its plain line; without them neither changes."""
+    from unstable_core.dashboard.lines import eval_line
+
+    records = recorded()
+    plain = render_text(folded(records), 120)
+    assert "exploit" not in plain
+    last = max((r for r in records if r["type"] == "eval"), key=lambda r: r["step"])
+    extra = {**last, "step": last["step"] + 1, "env_id": "openspiel/kuhn_poker", "policy": {"exploitability": 0.3333}}
+    text = render_text(folded([*records, extra]), 120)
+    assert "exploit" in text and "0.3333" in text
+    assert eval_line(extra).endswith("games, exploitability 0.3333)") and "exploitability" not in eval_line(last)

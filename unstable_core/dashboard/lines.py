@@ -23,8 +23,10 @@ def progress_line(state: DashboardState) -> str:
 
 
 def eval_line(r: Mapping[str, Any]) -> str:
+    policy = r.get("policy") or {}
+    exploit = f", exploitability {policy['exploitability']:.4f}" if "exploitability" in policy else ""
     return (f"eval step {r['step']} {r['env_id']} {r['model']} vs {r['opponent']}: win {r['win_rate']:.2f} "
-            f"draw {r['draw_rate']:.2f} loss {r['loss_rate']:.2f} invalid {r['invalid_rate']:.2f} ({r['games']} games)")
+            f"draw {r['draw_rate']:.2f} loss {r['loss_rate']:.2f} invalid {r['invalid_rate']:.2f} ({r['games']} games{exploit})")
 
 
 def end_line(state: DashboardState) -> str:

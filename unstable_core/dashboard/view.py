@@ -145,9 +145,16 @@ def collection_table(state: DashboardState, width: int) -> Any:
 
 
 def eval_table(state: DashboardState, width: int) -> Any:
+    latest = state.latest_evals()[:EVAL_ROWS]
     rows = [[r["env_id"], r["model"], r["opponent"], str(r["step"]), str(r["games"]), *(f"{r[k]:.2f}" for k in RATES)]
-            for r in state.latest_evals()[:EVAL_ROWS]]
-    return _table("latest evaluations", ["env", "model", "opponent", "step", "games", *RATE_HEADERS], rows, width, left=3)
+            for r in latest]
+    headers = ["env", "model", "opponent", "step", "games", *RATE_HEADERS]
+    if any("exploitability" in (r.get("policy") or {}) for r in latest):  # exact policy metrics: one more column
+        headers.append("exploit")
+        for row, r in zip(rows, latest):
+            value = (r.get("policy") or {}).get("exploitability")
+            row.append("-" if value is None else f"{value:.4f}")
+    return _table("latest evaluations", headers, rows, width, left=3)
 
 
 def ratings_table(state: DashboardState, limit: int, bar_width: int, width: int) -> Any:
