@@ -1,0 +1,115 @@
+"""Model samplers `fictitious` and `psro`: opponents drawn from the league's whole population of
+checkpoints, the two classical fixes for naive self-play's cycling in games with mixed equilibria.
+
+`fictitious` (fictitious self-play, Heinrich, Lanctot & Silver 2015): each seat's opponent is
+drawn from every checkpoint so far (the base model included), uniformly or weighted toward the
+recent ones; the *average* of the population is what converges.
+
+`psro` (Policy-Space Response Oracles, Lanctot et al. 2017): the league's results between
+checkpoints form the empirical payoff matrix of a zero-sum meta-game; its Nash mixture (a linear
+program, ``meta.py``) is re-solved every ``resolve_every`` recorded games, and opponents are drawn
+from it. A checkpoint enters the meta-game once it has played ``entry_games`` games; until then
+it is drawn with probability ``explore`` so that it gets them.
+
+Either may mix in the fixed opponents (``fixed_prob``), as the core's `random` sampler does.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from unstable_core import EnvSpec, ModelRef
+
+from .meta import nash_mixture, payoff_matrix
+
+
+class FictitiousOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    fixed_prob: float = Field(0.0, ge=0, le=1, description="Probability that a seat gets a fixed opponent instead.")
+    weighting: Literal["uniform", "linear"] = Field(
+        "uniform", description="'uniform': every checkpoint alike; 'linear': the k-th oldest weighs k (recent ones more)."
+    )
+
+
+def fixed_or(registry: Any, fixed_prob: float, rng: random.Random) -> ModelRef | None:
+    """A fixed opponent with probability ``fixed_prob`` (when there are any), else None."""
+    fixed = registry.fixed()
+    return rng.choice(fixed) if fixed and fixed_prob > 0 and rng.random() < fixed_prob else None
+
+
+class FictitiousSampler:
+    def __init__(self, options: FictitiousOptions) -> None:
+        self.options = options
+
+    def sample(self, env: EnvSpec, anchor: ModelRef, num_seats: int, registry: Any, rng: random.Random) -> list[ModelRef]:
+        pool = registry.checkpoints() or [anchor]
+        weights = None if self.options.weighting == "uniform" else list(range(1, len(pool) + 1))
+        return [fixed_or(registry, self.options.fixed_prob, rng) or rng.choices(pool, weights=weights)[0]
+                for _ in range(num_seats)]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}  # its draws come from the league's generator, which the league saves
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        return None
+
+
+class PSROOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    fixed_prob: float = Field(0.0, ge=0, le=1, description="Probability that a seat gets a fixed opponent instead.")
+    resolve_every: int = Field(200, ge=1, description="Games recorded (by the whole population) between two solutions of the meta-game.")
+    entry_games: int = Field(50, ge=0, description="Games a checkpoint must have played before it enters the meta-game.")
+    explore: float = Field(
+        0.1, ge=0, le=1, description="Probability that a seat gets a checkpoint not yet in the meta-game (so that it plays its entry games)."
+    )
+
+
+class PSROSampler:
+    def __init__(self, options: PSROOptions) -> None:
+        self.options = options
+        self.members: list[str] = []
+        self.weights: list[float] = []
+        self.solved_at: int | None = None  # total games recorded at the last solution
+
+    def mixture(self) -> dict[str, float]:
+        """The meta-game's Nash mixture: uid -> probability."""
+        return dict(zip(self.members, self.weights, strict=True))
+
+    def solve(self, registry: Any, anchor: ModelRef) -> None:
+        o = self.options
+        pool = registry.checkpoints() or [anchor]
+        members = [r.uid for r in pool if registry.get(r.uid).games >= o.entry_games] or [pool[0].uid]
+        self.members = members
+        self.weights = nash_mixture(payoff_matrix(members, registry)) if len(members) > 1 else [1.0]
+        self.solved_at = total_games(registry)
+
+    def sample(self, env: EnvSpec, anchor: ModelRef, num_seats: int, registry: Any, rng: random.Random) -> list[ModelRef]:
+        if self.solved_at is None or total_games(registry) - self.solved_at >= self.options.resolve_every \
+                or any(uid not in registry.entries for uid in self.members):
+            self.solve(registry, anchor)
+        newcomers = [r for r in registry.checkpoints() if r.uid not in self.members]
+        out = []
+        for _ in range(num_seats):
+            chosen = fixed_or(registry, self.options.fixed_prob, rng)
+            if chosen is None and newcomers and rng.random() < self.options.explore:
+                chosen = rng.choice(newcomers)
+            if chosen is None:
+                chosen = registry.get(rng.choices(self.members, weights=self.weights)[0]).ref
+            out.append(chosen)
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"members": list(self.members), "weights": list(self.weights), "solved_at": self.solved_at}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.members, self.weights, self.solved_at = list(state["members"]), list(state["weights"]), state["solved_at"]
+
+
+def total_games(registry: Any) -> int:
+    """Games the population has recorded (each game counted once per seat it had in the registry)."""
+    return sum(e.games for e in registry.entries.values())
