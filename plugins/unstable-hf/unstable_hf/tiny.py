@@ -61,7 +61,12 @@ class TinySpec(BaseModel):
     sft_steps: int = Field(150, ge=0, description="Supervised warm-start steps (0: none).")
     sft_batch: int = Field(16, ge=1, description="Warm-start batch size.")
     sft_lr: float = Field(2e-3, gt=0, description="Warm-start learning rate (AdamW).")
-    sft_agent: str = Field("random-valid", min_length=1, description="Scripted agent imitated by the warm start.")
+    sft_agent: str = Field("random-valid", min_length=1, description="Agent imitated by the warm start (served by sft_backend).")
+    sft_backend: str = Field(
+        "scripted", min_length=1,
+        description="Inference backend that serves sft_agent and sft_opponent: 'scripted', or one that serves fixed agents "
+        "without a model, e.g. 'openspiel' (cfr, best-response:SPEC).",
+    )
     sft_opponent: str | None = Field(
         None, min_length=1,
         description="Scripted agent in the other seat of the warm-start games; only sft_agent's moves are imitated (None: sft_agent plays both seats).",
@@ -98,15 +103,19 @@ class TinySpec(BaseModel):
             raise ValueError(f"bad tiny model spec {text!r}: {problems}") from None
 
     def check_agents(self) -> None:
-        """Raise ValueError naming the key if sft_agent or sft_opponent is no scripted agent."""
-        from unstable_core import ModelRef, get_plugin_system
+        """Raise ValueError naming the key if sft_agent or sft_opponent is no agent of sft_backend."""
+        from unstable_core import InferenceSpec, ModelRef, UnknownComponentError, get_plugin_system
 
-        scripted = get_plugin_system().get("inference", "scripted")
+        try:
+            scripted = get_plugin_system().spec(InferenceSpec, self.sft_backend)
+        except UnknownComponentError as e:
+            raise ValueError(f"tiny model: sft_backend: {e}") from None
         for key in ("sft_agent", "sft_opponent"):
             name = getattr(self, key)
             if name is not None:
                 try:
-                    scripted.check_model(ModelRef(uid=name, model=name))
+                    if scripted.check_model is not None:
+                        scripted.check_model(ModelRef(uid=name, model=name, backend=self.sft_backend))
                 except ValueError as e:
                     raise ValueError(f"tiny model: {key}: {e}") from None
 
@@ -116,7 +125,8 @@ class TinySpec(BaseModel):
         from unstable_core import env_provider_of, get_plugin_system
 
         # keys of earlier specs unchanged: options at their defaults that were added later are left out
-        unset = {k for k, default in (("sft_opponent", None), ("sft_targets", "agent")) if getattr(self, k) == default}
+        unset = {k for k, default in (("sft_opponent", None), ("sft_targets", "agent"), ("sft_backend", "scripted"))
+                 if getattr(self, k) == default}
         providers = sorted({env_provider_of(e, "textarena") for e in self.env_ids} - {"textarena"})
         system = get_plugin_system() if providers else None
         versions = "".join(f"|{p}={system.provider_of('env', p).version}" for p in providers) if system else ""
@@ -138,9 +148,9 @@ async def _play_scripted(spec: TinySpec, games: int, seed: int, opponent: str | 
 
     template = build_component("template", spec.template)
     providers = {name: build_component("env", name) for name in {env_provider_of(e, "textarena") for e in spec.env_ids}}
-    agent = build_component("inference", "scripted")
-    ref = ModelRef(uid=spec.sft_agent, model=spec.sft_agent)
-    other = ModelRef(uid=opponent, model=opponent) if opponent else ref
+    agent = build_component("inference", spec.sft_backend)
+    ref = ModelRef(uid=spec.sft_agent, model=spec.sft_agent, backend=spec.sft_backend)
+    other = ModelRef(uid=opponent, model=opponent, backend=spec.sft_backend) if opponent else ref
     rng = random.Random(seed)
     pairs = []
     for g in range(games):
@@ -152,7 +162,8 @@ async def _play_scripted(spec: TinySpec, games: int, seed: int, opponent: str | 
             pid, obs = game.observe()
             prompt = template.render(obs)
             imitated = opponent is None or pid == g % 2
-            request = GenerationRequest(model=ref if imitated else other, prompt=prompt, observation=obs, seed=rng.getrandbits(31))
+            request = GenerationRequest(model=ref if imitated else other, prompt=prompt, observation=obs, env_id=env_id,
+                                        seed=rng.getrandbits(31))
             completion = (await agent.generate(request)).text
             if imitated:
                 moves = valid_moves(obs) if all_valid else []

@@ -119,6 +119,14 @@ def test_a_trained_checkpoints_extracted_policy_is_the_one_it_plays(tiny, tmp_pa
     assert set(evals) == {0, 6} and evals[0]["info_states"] == 12
     assert evals[6]["exploitability"] == pytest.approx(report.exploitability, abs=1e-9)
     assert evals[6]["invalid_mass"] == pytest.approx(report.invalid_mass, abs=1e-9)
+    # the population's policy: every checkpoint and the base model, drawn uniformly per game
+    from unstable_core import UnstableError
+    from unstable_openspiel.exploit import mixture_exploitability
+
+    mixed = mixture_exploitability(str(tmp_path / "run"), KUHN)
+    assert mixed.members == pytest.approx({"base": 1 / 3, "ckpt-3": 1 / 3, "ckpt-6": 1 / 3}) and 0.0 < mixed.exploitability < 1.0
+    with pytest.raises(UnstableError, match="keeps no meta mixture"):
+        mixture_exploitability(str(tmp_path / "run"), KUHN, "meta")  # the run's sampler is `random`
 
 
 def test_a_tiny_models_cache_key_follows_the_env_providers_version(monkeypatch):
@@ -140,3 +148,19 @@ def test_a_tiny_models_cache_key_follows_the_env_providers_version(monkeypatch):
 
     monkeypatch.setattr(system, "provider_of", newer)
     assert spec.key() != before and TinySpec().key() == textarena
+
+
+def test_a_tiny_model_can_warm_start_on_an_openspiel_agent():
+    """``sft_backend = "openspiel"``: the warm start imitates an agent of another backend (here
+    the best response to random-valid, which plays by its card), through the same env and template."""
+    from unstable_hf.tiny import TinySpec, scripted_games
+
+    spec = TinySpec.parse(f"tiny:{KUHN}?sft_agent=best-response:random-valid&sft_backend=openspiel")
+    spec.check_agents()
+    pairs = scripted_games(spec, 30, seed=0)
+    answers = {(prompt.split("Your card: ")[1][0], completions[0]) for prompt, completions in pairs
+               if "Betting so far: none." in prompt}
+    assert answers and all(c in ("\\boxed{[pass]}", "\\boxed{[bet]}") for _, c in answers)
+    assert len({card for card, _ in answers}) == len(answers)  # one answer per card: a deterministic policy
+    with pytest.raises(ValueError, match="sft_backend: unknown inference 'nope'"):
+        TinySpec.parse("tiny?sft_backend=nope").check_agents()

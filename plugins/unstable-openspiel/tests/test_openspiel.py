@@ -191,3 +191,41 @@ def test_the_agents_play_only_legal_actions_and_the_envs_list_names_the_games():
                                                                  env_id="openspiel/leduc_poker", seed=seed)))
             done, invalid = game.step(text.text.removeprefix("\\boxed{").removesuffix("}"))
             assert not invalid
+
+
+def test_a_mixtures_exploitability_is_that_of_a_player_drawing_one_policy_per_game():
+    """Checked against brute force: in Kuhn poker each player has 64 pure strategies; a best
+    response to a mixture drawn once per game gets sum_i w_i u(sigma, pi_i), so NashConv is the
+    sum over players of the best pure strategy's value against the mixture."""
+    import itertools
+
+    from open_spiel.python import policy as policy_lib
+    from open_spiel.python.algorithms.expected_game_score import policy_value
+
+    from unstable_openspiel import games, policies
+    from unstable_openspiel.agents import scripted_policy
+
+    tables = [policies.cfr_policy(KUHN, {}, 10), scripted_policy("first-valid", KUHN, {})]
+    weights = [0.3, 0.7]
+    mixed = policies.mixture_policy(KUHN, {}, tables, weights)
+    value, conv = policies.nash_conv(KUHN, {}, mixed)
+
+    game = games.load(KUHN)
+    root = game.new_initial_state()
+    best = []
+    for player in (0, 1):
+        pure = policy_lib.TabularPolicy(game)
+        keys = pure.states_per_player[player]
+        top = -9.0
+        for actions in itertools.product((0, 1), repeat=len(keys)):
+            for key, action in zip(keys, actions):
+                pure.policy_for_key(key)[:] = [1.0 - action, float(action)]
+            got = 0.0
+            for table, w in zip(tables, weights):
+                seats = [pure, table] if player == 0 else [table, pure]
+                got += w * policy_value(root, seats)[player]
+            top = max(top, got)
+        best.append(top)
+    assert conv == pytest.approx(sum(best), abs=1e-9) and value == pytest.approx(sum(best) / 2, abs=1e-9)
+    alone, _ = policies.nash_conv(KUHN, {}, policies.mixture_policy(KUHN, {}, tables, [1.0, 0.0]))
+    assert alone == pytest.approx(policies.nash_conv(KUHN, {}, tables[0])[0], abs=1e-9)

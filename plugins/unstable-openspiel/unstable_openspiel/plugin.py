@@ -43,9 +43,12 @@ def unstable_register_commands(cli: Any) -> None:
                   help="With a model given by name: its nucleus sampling threshold.")
     @click.option("--max-info-states", default=100_000, show_default=True, type=click.IntRange(min=1),
                   help="Refuse games with more information states.")
+    @click.option("--mixture", type=click.Choice(["uniform", "meta"]), default=None,
+                  help="With a run directory: the population's policy, the uniform mixture of every checkpoint "
+                  "(fictitious play's output) or the PSRO meta mixture, instead of one checkpoint.")
     @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
     def exploitability(spec: str, env_id: str, params: tuple[str, ...], template: str | None, checkpoint: str | None,
-                       temperature: float, top_p: float, max_info_states: int, as_json: bool) -> None:
+                       temperature: float, top_p: float, max_info_states: int, mixture: str | None, as_json: bool) -> None:
         """Exploitability of SPEC's exact policy on an OpenSpiel game, by OpenSpiel's own NashConv
         (0: a Nash equilibrium). SPEC: a run directory (its latest checkpoint), a model (tiny:...,
         a local path), a scripted agent (random-valid, ...) or an openspiel agent (uniform, cfr,
@@ -56,6 +59,7 @@ def unstable_register_commands(cli: Any) -> None:
         from unstable_core import UnstableError
 
         from .exploit import exploitability as compute
+        from .exploit import mixture_exploitability
 
         parsed: dict[str, Any] = {}
         for item in params:
@@ -63,6 +67,14 @@ def unstable_register_commands(cli: Any) -> None:
             if not eq or not key:
                 raise UnstableError(f"--param {item!r}: expected KEY=VALUE")
             parsed[key] = int(value) if value.lstrip("-").isdigit() else value
+        if mixture is not None:
+            mixed = mixture_exploitability(spec, env_id, mixture, parsed, max_info_states)
+            if as_json:
+                click.echo(mixed.model_dump_json(indent=2))
+            else:
+                click.echo(f"{mixed.mixture} mixture of {len(mixed.members)} models of {mixed.run_dir} on {mixed.env}: "
+                           f"exploitability {mixed.exploitability:.4f} (NashConv {mixed.nash_conv:.4f}), {mixed.seconds:.1f} s")
+            return
         report = compute(spec, env_id, parsed, template, max_info_states, checkpoint=checkpoint,
                          sampling={"temperature": temperature, "top_p": top_p})
         if as_json:

@@ -116,6 +116,17 @@ def metrics(env_id: str, params: dict[str, Any] | None, probabilities: Probabili
             "seconds": round(extracted.seconds, 3)}
 
 
+def mixture_policy(env_id: str, params: dict[str, Any] | None, tables: list[Any], weights: list[float]) -> Any:
+    """The behaviour policy of a mixture of policies drawn once per game with ``weights``: at each
+    information state the policies' probabilities weighted by weight x the reach of the state
+    (OpenSpiel's ``PolicyAggregator``), what a player that picked one of them per game plays."""
+    from open_spiel.python.algorithms.policy_aggregator import PolicyAggregator
+
+    game = games.load(env_id, params)
+    players = list(range(game.num_players()))
+    return PolicyAggregator(game).aggregate(players, [tables for _ in players], [weights for _ in players])
+
+
 def cfr_policy(env_id: str, params: dict[str, Any] | None, iterations: int) -> Any:
     """OpenSpiel's CFR average policy after ``iterations`` iterations."""
     from open_spiel.python.algorithms import cfr
