@@ -1,0 +1,92 @@
+"""Which opponent sampler makes the tiny model's policy least exploitable: seeds x samplers on an
+OpenSpiel game, exploitability by OpenSpiel at each evaluation and of the population's mixture.
+
+    python bench/samplers.py [--quick] [--seeds 3] [--steps 80] [--samplers mirror random fictitious psro]
+                             [--config examples/openspiel-kuhn-tiny.toml] [--set key=value ...]
+
+Each run is the config (default: the main job's recipe on openspiel/kuhn_poker) with the sampler
+swapped in, `collection.eval_policy_metrics` on and an evaluation every `--steps / 4` updates.
+The table gives, per sampler, the latest checkpoint's exploitability at each evaluation (mean and
+min-max over seeds), the uniform mixture of the population at the end (`--mixture uniform`;
+fictitious play's output) and for psro its meta mixture, and the wall time. `--quick`: one seed,
+20 updates, evaluations of 100 games. Needs unstable-openspiel, unstable-population, unstable-hf.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import unstable_core
+from unstable_openspiel.exploit import mixture_exploitability
+
+SAMPLERS = {
+    "mirror": {"name": "mirror"},
+    "random": {"name": "random", "fixed_prob": 0.5, "max_active": 3},
+    "fictitious": {"name": "fictitious"},
+    "psro": {"name": "psro", "entry_games": 50, "resolve_every": 200},
+}
+
+
+def run_one(config: str, sampler: str, seed: int, steps: int, games: int, extra: list[str], root: Path) -> dict:
+    run_dir = root / f"{sampler}-{seed}"
+    table = "{" + ", ".join(f"{k} = {json.dumps(v)}" for k, v in SAMPLERS[sampler].items()) + "}"
+    overrides = [f"seed={seed}", f"model_sampler={table}",
+                 f"training.learning_steps={steps}", f"training.eval_every={max(1, steps // 4)}",
+                 "collection.eval_policy_metrics=true", f"collection.eval_games={games}", 'trackers=[{name="jsonl"}]', *extra]
+    began = time.perf_counter()
+    unstable_core.run(config, run_dir=run_dir, overrides=overrides)
+    wall = time.perf_counter() - began
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    env = records[0]["config"]["train_envs"][0]["env_id"]
+    curve = {r["step"]: r["policy"]["exploitability"] for r in records if r["type"] == "eval" and "exploitability" in r["policy"]}
+    out = {"env": env, "curve": curve, "wall": wall, "uniform": mixture_exploitability(str(run_dir), env, "uniform").exploitability}
+    if sampler == "psro":
+        out["meta"] = mixture_exploitability(str(run_dir), env, "meta").exploitability
+    return out
+
+
+def spread(values: list[float]) -> str:
+    return f"{statistics.fmean(values):.4f} [{min(values):.4f}-{max(values):.4f}]" if values else "-"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.strip().split("\n")[0])
+    parser.add_argument("--config", default="examples/openspiel-kuhn-tiny.toml")
+    parser.add_argument("--samplers", nargs="+", default=list(SAMPLERS), choices=list(SAMPLERS))
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=80)
+    parser.add_argument("--games", type=int, default=200, help="games per evaluation")
+    parser.add_argument("--set", dest="extra", action="append", default=[], help="more config overrides")
+    parser.add_argument("--quick", action="store_true", help="one seed, 20 updates, 100-game evaluations")
+    args = parser.parse_args()
+    if args.quick:
+        args.seeds, args.steps, args.games = 1, 20, 100
+    results: dict[str, list[dict]] = {}
+    with tempfile.TemporaryDirectory() as root:
+        for sampler in args.samplers:
+            results[sampler] = [run_one(args.config, sampler, seed, args.steps, args.games, args.extra, Path(root))
+                                for seed in range(args.seeds)]
+    steps = sorted(set.intersection(*(set(r["curve"]) for rs in results.values() for r in rs)))
+    print(f"{'sampler':<11}" + "".join(f"{'step ' + str(s):>28}" for s in steps) + f"{'uniform mixture':>28}{'meta mixture':>28}{'wall s':>9}")
+    final = {}
+    for sampler, runs in results.items():
+        cells = [spread([r["curve"][s] for r in runs]) for s in steps]
+        meta = spread([r["meta"] for r in runs if "meta" in r])
+        print(f"{sampler:<11}" + "".join(f"{c:>28}" for c in cells) + f"{spread([r['uniform'] for r in runs]):>28}{meta:>28}"
+              f"{statistics.fmean(r['wall'] for r in runs):>9.0f}")
+        final[sampler] = min([statistics.fmean(r["curve"][steps[-1]] for r in runs), statistics.fmean(r["uniform"] for r in runs),
+                              *([statistics.fmean(r["meta"] for r in runs)] if sampler == "psro" else [])])
+    best = min(final, key=final.__getitem__)
+    mirror = statistics.fmean(r["curve"][steps[-1]] for r in results["mirror"]) if "mirror" in results else float("nan")
+    game = next(iter(results.values()))[0]["env"]
+    print(f"summary: game={game} best_sampler={best} best_exploitability={final[best]:.4f} "
+          f"mirror_exploitability={mirror:.4f} seeds={args.seeds}")
+
+
+if __name__ == "__main__":
+    main()
