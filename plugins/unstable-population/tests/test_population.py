@@ -146,3 +146,29 @@ def test_a_training_run_plays_its_population(sampler, tmp_path):
     registry = json.loads((tmp_path / "r" / "registry.json").read_text())
     opponents = {uid for pair in registry["pairs"] for uid in (pair["a"], pair["b"])}
     assert len({u for u in opponents if u.startswith("ckpt-")}) >= 4  # many generations met, not only the latest
+
+
+@pytest.mark.parametrize("sampler", [{"name": "fictitious"}, {"name": "psro", "entry_games": 4, "resolve_every": 20}])
+def test_a_killed_and_resumed_sync_run_draws_the_same_opponents(sampler, tmp_path):
+    """SIGKILLed twice at random points and resumed from its snapshots, a sync run seats the same
+    opponents in every training game as the run that was never killed (the sampler's state and
+    the league's stream both restored)."""
+    import json
+
+    import unstable_core
+    from unstable_core.testing import run_with_kills, toy_config, toy_plugin
+
+    cfg = toy_config(model_sampler=sampler, train_envs=[{"env_id": "PickBest-v0", "num_players": 2, "num_actors": 1}],
+                     training={"learning_steps": 24, "batch_size": 16, "save_every": 2, "eval_every": 0},
+                     collection={"mode": "sync", "num_train_games": 8, "eval_games": 8, "transcripts": 1.0}, trackers=[])
+
+    def seats(run_dir):
+        return [(g["game_idx"], [s["uid"] for s in g["seats"]]) for g in map(json.loads, (run_dir / "games" / "train.jsonl").open())]
+
+    unstable_core.run(cfg, run_dir=tmp_path / "whole", plugins=unstable_core.load_plugins(extra=[("toy", toy_plugin)]))
+    landed = run_with_kills(tmp_path / "killed", cfg, random.Random(7), kills=2, most_events=300,
+                            plugins=["unstable_core.testing:toy_plugin"])
+    assert landed >= 1
+    whole = seats(tmp_path / "whole")
+    assert len({uid for _, uids in whole for uid in uids if uid.startswith("ckpt-")}) >= 4
+    assert seats(tmp_path / "killed") == whole
