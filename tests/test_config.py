@@ -186,3 +186,20 @@ def test_a_trained_model_needs_a_backend_that_loads_checkpoints(make_plugin_syst
     tournament = toy_config(model={"model": "random-valid", "backend": "scripted"}, learner=None, opponents=["first-valid"])
     check_run(validate_config(tournament), system, "c.toml")  # no learner: served as it is
     check_run(validate_config(toy_config()), system, "c.toml")
+
+
+@pytest.mark.parametrize("override,key,found", [
+    ("seed=true", "seed", "True, a boolean"),
+    ("collection.num_train_games=true", "collection.num_train_games", "True, a boolean"),
+    ('collection.eval_policy_metrics="yes"', "collection.eval_policy_metrics", "'yes', a string"),
+    ("collection.eval_policy_metrics=1", "collection.eval_policy_metrics", "1, an integer"),
+    ('inference.trust_remote_code="yes"', "inference.trust_remote_code", "'yes', a string"),
+    ('inference.temperature="1"', "inference.temperature", "'1', a string"),
+    ("training.learning_steps=8.0", "training.learning_steps", "8.0, a number"),
+])
+def test_config_values_are_never_coerced(cli, override, key, found):
+    """TOML gives every value its type: a string is no boolean, a boolean no integer, a float no
+    integer; one line naming the key and what was found, exit 2 (plugin options alike)."""
+    proc = cli("config", "check", "examples/kuhn-tiny.toml", "--set", override)
+    assert proc.returncode == 2 and f"{key}: " in proc.stderr and found in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1

@@ -247,7 +247,9 @@ def validate_config(data: Mapping[str, Any], source: str = "<config>") -> RunCon
     if nesting_depth(dict(data)) > MAX_NESTING:
         raise ConfigError(f"{source}: tables or lists nest too deeply (at most {MAX_NESTING} levels)")
     try:
-        return RunConfig.model_validate(dict(data))
+        # strict: TOML gives every value its type, so nothing is coerced ("yes" is no boolean,
+        # true no integer); a plain string still names an env or an opponent (the validators)
+        return RunConfig.model_validate(dict(data), strict=True)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, source, model=RunConfig)) from None
 

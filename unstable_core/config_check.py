@@ -21,10 +21,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from .plugins import PluginSystem
 
 
-def validate_options(spec: Any, options: Mapping[str, Any], source: str, key: str) -> BaseModel:
-    """Validate one component's options with its own model; errors name the key path."""
+def validate_options(spec: Any, options: Mapping[str, Any], source: str, key: str, strict: bool = False) -> BaseModel:
+    """Validate one component's options with its own model; errors name the key path. ``strict``
+    (a config's own values): no coercion, so that "yes" or 1 is no boolean and true no integer."""
     try:
-        return spec.config.model_validate(dict(options))
+        return spec.config.model_validate(dict(options), strict=strict)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, source, prefix=key, model=spec.config)) from None
 
@@ -49,7 +50,7 @@ def resolve_components(cfg: RunConfig, system: PluginSystem, source: str = "<con
             problems.append(f"{source}: {key}.name: {choice.name!r} is a {spec_stage} transform, not a {stage} one")
             continue
         try:
-            resolved[key] = (spec, validate_options(spec, choice.options, source, key))
+            resolved[key] = (spec, validate_options(spec, choice.options, source, key, strict=True))
         except ConfigError as exc:
             problems.append(str(exc))
     # templates named by environments
@@ -70,7 +71,7 @@ def resolve_components(cfg: RunConfig, system: PluginSystem, source: str = "<con
     for name, opts in cfg.backends.items():
         try:
             spec = system.get("inference", name)
-            validate_options(spec, opts, source, f"backends.{name}")
+            validate_options(spec, opts, source, f"backends.{name}", strict=True)
         except (UnknownComponentError, ConfigError) as exc:
             problems.append(str(exc) if isinstance(exc, ConfigError) else f"{source}: backends.{name}: {exc}")
     if problems:
@@ -146,7 +147,7 @@ def check_run(cfg: RunConfig, system: PluginSystem, source: str = "<config>") ->
     for key, ref in refs:
         spec = system.spec(InferenceSpec, ref.backend)
         try:
-            spec.model_options.model_validate(ref.options)
+            spec.model_options.model_validate(ref.options, strict=True)
         except ValidationError as exc:
             problems.append(format_validation_error(exc, source, prefix=f"{key}.options", model=spec.model_options))
         if spec.check_model is not None:

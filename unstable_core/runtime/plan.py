@@ -57,7 +57,7 @@ def make_plan(cfg: RunConfig, system: PluginSystem, run_dir: str, source: str = 
     backends = {o.backend for o in cfg.opponents} | set(cfg.backends)
     for name in sorted(backends - {cfg.inference.name}):
         spec = system.get("inference", name)
-        opts = validate_options(spec, cfg.backends.get(name, {}), source, f"backends.{name}")
+        opts = validate_options(spec, cfg.backends.get(name, {}), source, f"backends.{name}", strict=True)
         key = f"backends.{name}"
         recipes[key] = Recipe(key=key, kind="inference", name=name, options=opts.model_dump(mode="json"), seed=derive_seed(cfg.seed, key))
     return RunPlan(config=cfg, run_dir=run_dir, source=source, recipes=recipes)

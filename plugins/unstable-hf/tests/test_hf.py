@@ -283,3 +283,36 @@ def test_a_bad_tiny_spec_fails_the_model_check_naming_the_key():
         plugin.check_model(ModelRef(uid="m", backend="hf", model="tiny?sft_targets=all"))
     with pytest.raises(ValueError, match=r"tiny model: sft_opponent: unknown scripted agent 'randm-valid'"):
         plugin.check_model(ModelRef(uid="m", backend="hf", model="tiny?sft_opponent=randm-valid"))
+
+
+def test_no_config_value_runs_a_model_directorys_code_unless_trust_remote_code_is_true(tmp_path):
+    """A model folder whose config names its own modeling code (``auto_map``): loading it with
+    trust_remote_code off refuses without running it; "yes", 1 or "true" are refused by
+    `config check` before anything loads. The code would leave a marker file if it ran."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from unstable_hf.loading import load_causal_lm
+    from unstable_hf.options import ModelLoadOptions
+
+    marker = tmp_path / "code-ran"
+    model = tmp_path / "evil"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({
+        "model_type": "evil", "architectures": ["EvilModel"],
+        "auto_map": {"AutoConfig": "modeling_evil.EvilConfig", "AutoModelForCausalLM": "modeling_evil.EvilModel"},
+    }))
+    (model / "modeling_evil.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    with pytest.raises(ValueError, match="contains custom code"):  # transformers' refusal
+        load_causal_lm(str(model), ModelLoadOptions(device="cpu"))
+    assert not marker.exists()
+    for value in ('"yes"', "1", '"true"'):
+        cfg = tmp_path / "c.toml"
+        cfg.write_text(f'name = "x"\ntrain_envs = ["KuhnPoker-v0-train"]\nopponents = ["random-valid"]\n'
+                       f'[model]\nmodel = "{model}"\n[inference]\nname = "hf"\ntrust_remote_code = {value}\n')
+        done = subprocess.run([sys.executable, "-m", "unstable_core.cli", "config", "check", str(cfg)], capture_output=True,
+                              text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=120)
+        assert done.returncode == 2 and "inference.trust_remote_code: input should be a valid boolean" in done.stderr, done.stderr
+        assert not marker.exists()
