@@ -203,3 +203,14 @@ def test_config_values_are_never_coerced(cli, override, key, found):
     proc = cli("config", "check", "examples/kuhn-tiny.toml", "--set", override)
     assert proc.returncode == 2 and f"{key}: " in proc.stderr and found in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_more_actors_than_players_is_refused_naming_the_env(cli):
+    proc = cli("config", "check", "examples/kuhn-tiny.toml", "--set", "train_envs.0.num_actors=3")
+    assert proc.returncode == 2 and "train_envs.0: num_actors = 3 is more than the game's num_players = 2" in proc.stderr
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "0"])
+def test_watch_refuses_a_refresh_that_is_no_number_of_seconds(cli, tmp_path, value):
+    proc = cli("watch", str(tmp_path), "--refresh", value, "--once")
+    assert proc.returncode == 2 and "--refresh" in proc.stderr and "Traceback" not in proc.stderr

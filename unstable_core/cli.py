@@ -115,6 +115,13 @@ def config_check(file: str, overrides: tuple[str, ...]) -> None:
     click.echo(f"{file}: ok ({len(resolved)} components: " + ", ".join(f"{k}={s.name}" for k, (s, _) in resolved.items()) + ")")
 
 
+def finite(value: float, name: str) -> float:
+    """``value``, or a usage error when it is NaN (which passes every range check)."""
+    if value != value:
+        raise click.BadParameter("nan is not a number of seconds", param_hint=name)
+    return value
+
+
 # -- plot -----------------------------------------------------------------------------------------
 
 
@@ -150,8 +157,8 @@ def plot(run_dirs: tuple[str, ...], out: str | None, ceiling: float | None, refe
 
 @cli.command()
 @click.argument("run_dir", type=click.Path(file_okay=False))
-@click.option("--refresh", "refresh_s", type=click.FloatRange(min=0.05), default=1.0, show_default=True,
-              help="Seconds between reads of the run directory.")
+@click.option("--refresh", "refresh_s", type=click.FloatRange(min=0.05, max=3600), default=1.0, show_default=True,
+              callback=lambda ctx, param, value: finite(value, "--refresh"), help="Seconds between reads of the run directory.")
 @click.option("--once", is_flag=True, help="Show the dashboard as it stands and exit.")
 @click.option("--plain", is_flag=True, help="Plain lines even on a terminal.")
 def watch(run_dir: str, refresh_s: float, once: bool, plain: bool) -> None:

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
 
 from .basemodel import Model, lazy_property
 
@@ -31,6 +32,13 @@ class EnvSpec(Model):
     template: str = Field("default", description="Name of the template component that renders prompts and extracts actions.")
     weight: float = Field(1.0, gt=0, le=1e6, allow_inf_nan=False, description="Relative weight used by weighted env samplers.")
     kwargs: dict[str, Any] = Field(default_factory=dict, description="Extra keyword arguments for the env provider's make().")
+
+    @model_validator(mode="after")
+    def _actors_fit(self) -> EnvSpec:
+        if self.num_actors > self.num_players:
+            raise PydanticCustomError("num_actors", "num_actors = {actors} is more than the game's num_players = {players}",
+                                      {"actors": self.num_actors, "players": self.num_players})
+        return self
 
 
 ModelKind = Literal["base", "checkpoint", "fixed"]

@@ -224,3 +224,18 @@ def test_a_run_against_an_api_that_is_down_stops_with_one_message(make_plugin_sy
     api.faults.extend(Fault(503) for _ in range(1000))
     with pytest.raises(RunFailed, match="5 requests failed in a row .*ServerError.*the API looks down"):
         unstable_core.run(tournament(api, max_failures_in_a_row=5), run_dir=tmp_path / "run", plugins=make_plugin_system(OPENAI))
+
+
+@pytest.mark.parametrize("url", ["not a url", "file:///etc/passwd", "ftp://host/v1", "http://"])
+def test_a_base_url_that_is_no_http_url_is_refused_before_any_request(url, tmp_path):
+    """One line naming the key at `config check`, not 40 s of retries against nothing."""
+    import subprocess
+    import sys
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('name = "x"\ntrain_envs = ["KuhnPoker-v0-train"]\n'
+                   'opponents = ["random-valid", {uid = "api", model = "m", backend = "openai"}]\n'
+                   f'[backends.openai]\nbase_url = "{url}"\napi_key_env = "NO_SUCH_KEY_VAR"\n')
+    done = subprocess.run([sys.executable, "-m", "unstable_core.cli", "config", "check", str(cfg)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2 and "backends.openai.base_url: expected an http:// or https:// URL" in done.stderr, done.stderr

@@ -14,7 +14,7 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class OpenAIOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     base_url: str = Field("https://openrouter.ai/api/v1", description="The API's base URL (OpenRouter, OpenAI, a `vllm serve` at http://host:port/v1).")
     api_key_env: str | None = Field(
@@ -45,6 +45,16 @@ class OpenAIOptions(BaseModel):
         "flight when it is reached still finish).")
     max_failures_in_a_row: int = Field(
         20, ge=1, description="Requests that fail in a row (after their retries) before the run stops: the API is down.")
+
+    @field_validator("base_url")
+    @classmethod
+    def _check_base_url(cls, v: str) -> str:
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(v)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise PydanticCustomError("base_url", "expected an http:// or https:// URL with a host, e.g. http://localhost:8000/v1")
+        return v
 
     @field_validator("api_key_env")
     @classmethod
