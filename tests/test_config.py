@@ -214,3 +214,15 @@ def test_more_actors_than_players_is_refused_naming_the_env(cli):
 def test_watch_refuses_a_refresh_that_is_no_number_of_seconds(cli, tmp_path, value):
     proc = cli("watch", str(tmp_path), "--refresh", value, "--once")
     assert proc.returncode == 2 and "--refresh" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_model_uid_that_a_checkpoint_would_take_is_refused(cli):
+    proc = cli("config", "check", "examples/tournament.toml", "--set", 'opponents=["random-valid", {uid="ckpt-1", model="greedy"}]')
+    assert proc.returncode == 2 and "opponents.1.uid 'ckpt-1' is the name the learner's checkpoints take" in proc.stderr
+
+
+def test_a_tournament_past_a_billion_games_and_an_empty_run_dir_are_refused(cli):
+    proc = cli("config", "check", "examples/tournament.toml", "--set", "collection.tournament_games=1000000000000000")
+    assert proc.returncode == 2 and "collection.tournament_games: input should be less than or equal to 1000000000" in proc.stderr
+    proc = cli("run", "examples/tournament.toml", "--run-dir", "")
+    assert proc.returncode == 2 and "run directory '': give a path" in proc.stderr

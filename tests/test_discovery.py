@@ -138,3 +138,14 @@ def test_missing_component_names_broken_plugins(cli, site):
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert "raises" in proc.stderr and "boom in hook" in proc.stderr
+
+
+def test_an_unknown_name_in_unstable_load_plugins_is_one_line_not_silence(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "unstable_core.cli", "plugins", "list"], capture_output=True, text=True,
+                          env={**os.environ, "UNSTABLE_LOAD_PLUGINS": "trueskil"}, timeout=120)
+    assert done.returncode == 2 and "UNSTABLE_LOAD_PLUGINS names 'trueskil', which no installed plugin is" in done.stderr
+    assert "Did you mean 'trueskill'?" in done.stderr and "Traceback" not in done.stderr

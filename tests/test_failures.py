@@ -422,3 +422,61 @@ def test_sigterm_stops_like_ctrl_c_with_everything_flushed(tmp_path):
     assert records[-2]["type"] == "ratings" and records[-3]["type"] == "summary"
     registry = json.loads((run_dir / "registry.json").read_text())
     assert sum(m["games"] for m in registry["models"]) == 2 * records[-3]["games"] == 2 * records[-1]["games"]
+
+
+def _learner_plugin(update):
+    """A plugin with learner ``odd``: the toy tabular learner whose ``update`` is replaced."""
+    from unstable_core import LearnerSpec, hookimpl
+    from unstable_core.testing import toy_plugin
+
+    tabular = toy_plugin.unstable_learners()[0]
+
+    def make(options, ctx):
+        learner = tabular.factory(options, ctx)
+        learner.update = lambda batch: update(learner, batch)
+        return learner
+
+    class Plugin:
+        @hookimpl
+        def unstable_learners(self):
+            return [LearnerSpec(name="odd", summary="A learner that misbehaves", config=tabular.config, factory=make)]
+
+    return Plugin()
+
+
+def test_a_learner_reporting_nan_stops_the_run_naming_it_unless_allowed(make_plugin_system, tmp_path):
+    import math
+
+    import unstable_core
+    from unstable_core import RunFailed
+    from unstable_core.testing import toy_config, toy_plugin
+
+    system = make_plugin_system(toy_plugin, ("odd-plugin", _learner_plugin(lambda learner, batch: {"loss": math.nan, "grad_norm": 1.0})))
+    cfg = toy_config(learner={"name": "odd"}, training={"learning_steps": 3, "batch_size": 8})
+    with pytest.raises(RunFailed, match=r"learner 'odd' from plugin 'odd-plugin' .*: update reported loss = nan"):
+        unstable_core.run(cfg, run_dir=tmp_path / "a", plugins=system)
+    allowed = unstable_core.run({**cfg, "training": {**cfg["training"], "allow_non_finite": True}}, run_dir=tmp_path / "b", plugins=system)
+    assert allowed.status == "completed" and allowed.learner_steps == 3
+
+
+def test_a_learner_that_calls_sys_exit_is_named_not_an_exit_status(make_plugin_system, tmp_path):
+    import sys
+
+    import unstable_core
+    from unstable_core import ComponentError
+    from unstable_core.testing import toy_config, toy_plugin
+
+    system = make_plugin_system(toy_plugin, ("odd-plugin", _learner_plugin(lambda learner, batch: sys.exit(7))))
+    with pytest.raises(ComponentError, match=r"learner 'odd' from plugin 'odd-plugin' .*: update raised SystemExit: 7"):
+        unstable_core.run(toy_config(learner={"name": "odd"}, training={"learning_steps": 2, "batch_size": 8}), run_dir=tmp_path / "r",
+                          plugins=system)
+
+
+def test_stop_before_start_prevents_the_run(make_plugin_system, tmp_path):
+    import unstable_core
+    from unstable_core.testing import toy_config, toy_plugin
+
+    job = unstable_core.build(toy_config(training={"learning_steps": 2}), run_dir=tmp_path / "r", plugins=make_plugin_system(toy_plugin))
+    job.stop()
+    result = job.start()
+    assert result.status == "interrupted" and result.games_played == 0 and not (tmp_path / "r").exists()

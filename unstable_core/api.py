@@ -50,6 +50,7 @@ class Run:
         self._task: asyncio.Task[Any] | None = None
         self._signal: int | None = None
         self._steps: RunSteps | None = None
+        self._stopped = False
 
     @property
     def roles(self) -> RoleHandles | None:
@@ -63,12 +64,16 @@ class Run:
         return asyncio.run(self._main())
 
     def stop(self) -> None:
-        """Stop a started run from any thread (or a callback): it ends as ``interrupted``."""
+        """Stop a run from any thread (or a callback): it ends as ``interrupted``; called before
+        ``start()``, the run does not start."""
+        self._stopped = True
         if self._loop is not None and self._task is not None:
             self._loop.call_soon_threadsafe(self._task.cancel)
 
     async def _main(self) -> RunResult:
         self._loop, self._task = asyncio.get_running_loop(), asyncio.current_task()
+        if self._stopped:  # stop() came first
+            return RunResult(status="interrupted", run_dir=self.run_dir)
         previous: dict[signal.Signals, Any] = {}
         if threading.current_thread() is threading.main_thread():
             # signal.signal, as asyncio.Runner does for Ctrl-C, rather than loop.add_signal_handler,

@@ -79,7 +79,7 @@ class CollectionConfig(Section):
     eval_games: int = Field(
         16, ge=0, le=1_000_000, description="Evaluation games per (checkpoint, env, opponent): the cap of one evaluation round."
     )
-    tournament_games: int = Field(100, ge=0, description="Without a learner: games played in the tournament.")
+    tournament_games: int = Field(100, ge=0, le=1_000_000_000, description="Without a learner: games played in the tournament.")
     max_turns: int = Field(200, ge=1, le=1_000_000, description="A game with more turns than this is truncated (reward 0 for all).")
     max_action_chars: int = Field(
         1000, ge=1, le=1_000_000,
@@ -102,6 +102,10 @@ class CollectionConfig(Section):
 
 class TrainingConfig(Section):
     learning_steps: int = Field(0, ge=0, description="Learner updates to make; exactly this many.")
+    allow_non_finite: bool = Field(
+        False, description="Go on when the learner reports a NaN or infinite metric (loss, grad norm); by default the run "
+        "stops at that update, naming the learner and the metric.",
+    )
     batch_size: int = Field(64, ge=1, le=10_000_000, description="Steps per learner update.")
     eval_every: int = Field(0, ge=0, description="Evaluate every N updates (0: only before and after training).")
     save_every: int = Field(1, ge=1, description="Save a checkpoint and a run snapshot (for --resume) every N updates.")

@@ -6,6 +6,7 @@ pydantic in ``config.py``.)"""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +17,8 @@ from .config import RunConfig, env_provider_of
 from .config_loading import format_validation_error
 from .errors import ConfigError, UnknownComponentError, UnstableError, describe_error
 from .types import AdapterShape
+
+CHECKPOINT_UID = re.compile(r"ckpt-\d+")
 
 if TYPE_CHECKING:  # pragma: no cover
     from .plugins import PluginSystem
@@ -160,6 +163,9 @@ def check_run(cfg: RunConfig, system: PluginSystem, source: str = "<config>") ->
                         "checkpoints: serve the trained model with a backend that can (hf, vllm); use this one for opponents")
     if base is not None and base.uid in {o.uid for o in cfg.opponents}:
         problems.append(f"{source}: model.uid {base.uid!r} is also an opponent uid")
+    for key, ref in refs:
+        if CHECKPOINT_UID.fullmatch(ref.uid):
+            problems.append(f"{source}: {key}.uid {ref.uid!r} is the name the learner's checkpoints take (ckpt-N): choose another")
     if problems:
         raise ConfigError("\n".join(problems))
     return resolved

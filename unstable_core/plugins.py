@@ -252,7 +252,16 @@ class PluginSystem:
 
         disabled = set(disabled)
         seen: set[str] = set()
-        for ep in sorted(entry_points(group=GROUP), key=lambda e: e.name):
+        found = sorted(entry_points(group=GROUP), key=lambda e: e.name)
+        if load is not None:
+            known = {ep.name for ep in found} | {ep.dist.name for ep in found if getattr(ep, "dist", None) is not None}
+            unknown = [name for name in load if name not in known]
+            if unknown:
+                close = difflib.get_close_matches(unknown[0], sorted(known), n=1)
+                hint = f" Did you mean {close[0]!r}?" if close else ""
+                raise PluginError(f"UNSTABLE_LOAD_PLUGINS names {', '.join(map(repr, unknown))}, which no installed plugin "
+                                  f"is.{hint} Installed: {', '.join(sorted(ep.name for ep in found)) or '(none)'}")
+        for ep in found:
             if ep.name in seen:  # the same distribution found twice on sys.path
                 continue
             seen.add(ep.name)

@@ -142,10 +142,10 @@ class Builder:
 
 
 def guarded(label: str, what: str, fn: Any, *args: Any) -> Any:
-    """``fn(*args)``; an exception becomes a ComponentError naming the component."""
+    """``fn(*args)``; an exception (a ``sys.exit`` too) becomes a ComponentError naming the component."""
     try:
         return fn(*args)
     except UnstableError:
         raise
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         raise ComponentError(f"{label}: {what} raised {describe_error(exc)}") from exc

@@ -6,9 +6,10 @@ loop of the process it runs in (games, in the local executor) keeps going."""
 from __future__ import annotations
 
 import asyncio
+import math
 from typing import TYPE_CHECKING, Any
 
-from ...errors import ComponentError
+from ...errors import ComponentError, RunFailed
 from ...state import load_into, state_of
 from ...types import Batch, Checkpoint
 from ..building import Builder, guarded
@@ -24,6 +25,7 @@ class LearnerRole:
         self.learner = builder.build("learner")
         self.label = builder.label("learner")
         self.blocking = builder.spec("learner").blocking
+        self.allow_non_finite = plan.config.training.allow_non_finite
 
     async def update(self, batch: Batch) -> dict[str, float]:
         if self.blocking:
@@ -37,6 +39,9 @@ class LearnerRole:
             if not isinstance(key, str) or isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ComponentError(f"{self.label}: update returned metric {key!r} = {value!r}; expected a number")
             out[key] = float(value)
+            if not math.isfinite(out[key]) and not self.allow_non_finite:
+                raise RunFailed(f"{self.label}: update reported {key} = {out[key]}: the policy may be ruined; the run stops "
+                                "(training.allow_non_finite = true lets it go on)")
         return out
 
     async def save(self, directory: str, uid: str) -> Checkpoint:

@@ -36,6 +36,8 @@ def _clip(text: str, limit: int = TRANSCRIPT_TEXT_LIMIT) -> str:
 def prepare_run_dir(path: str | os.PathLike[str], resume: bool = False) -> Path:
     """Make the run directory and its ``games/`` folder; refuse one that already holds a run
     (unless resuming it)."""
+    if not str(path).strip():
+        raise UnstableError("run directory '': give a path (--run-dir)")
     run_dir = Path(path)
     try:
         if not resume and run_dir.is_dir() and any((run_dir / m).exists() for m in RUN_MARKERS):
