@@ -254,7 +254,8 @@ class PluginSystem:
         seen: set[str] = set()
         found = sorted(entry_points(group=GROUP), key=lambda e: e.name)
         if load is not None:
-            known = {ep.name for ep in found} | {ep.dist.name for ep in found if getattr(ep, "dist", None) is not None}
+            dists = [getattr(ep, "dist", None) for ep in found]
+            known = {ep.name for ep in found} | {dist.name for dist in dists if dist is not None}
             unknown = [name for name in load if name not in known]
             if unknown:
                 close = difflib.get_close_matches(unknown[0], sorted(known), n=1)
