@@ -275,3 +275,64 @@ def test_fsync_is_paid_where_a_resume_reads_and_nowhere_else(make_plugin_system,
                             collection={"tournament_games": 20})
     result = unstable_core.run(tournament, run_dir=tmp_path / "tournament", plugins=system)
     assert result.games_played == 20 and synced == []
+
+
+@pytest.fixture
+def finished(tmp_path):
+    """A finished 6-step sync toy run with snapshots."""
+    run_dir = tmp_path / "r"
+    cfg = sync_config(6)
+    cfg["training"] = {**cfg["training"], "save_every": 2, "eval_every": 0}
+    unstable_core.run(cfg, run_dir=run_dir, plugins=unstable_core.load_plugins(extra=[("toy", toy_plugin)]))
+    return run_dir
+
+
+def resume_error(run_dir, overrides=()):
+    from unstable_core import UnstableError
+
+    with pytest.raises(UnstableError) as info:
+        unstable_core.run(None, run_dir=run_dir, resume=True, overrides=list(overrides),
+                          plugins=unstable_core.load_plugins(extra=[("toy", toy_plugin)]))
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+@pytest.mark.parametrize("damage", ["deleted", "cut"])
+def test_resume_refuses_a_metrics_log_that_lost_what_the_snapshot_covers(finished, damage):
+    metrics = finished / "metrics.jsonl"
+    if damage == "deleted":
+        metrics.unlink()
+    else:
+        metrics.write_bytes(metrics.read_bytes()[:200])
+    message = resume_error(finished, ["training.learning_steps=8"])
+    assert "metrics.jsonl holds" in message and "fewer than the" in message and "the snapshot covers" in message
+
+
+def test_resume_never_writes_through_a_symlinked_metrics_log(finished, tmp_path):
+    outside = tmp_path / "outside.jsonl"
+    outside.write_bytes((finished / "metrics.jsonl").read_bytes())
+    (finished / "metrics.jsonl").unlink()
+    (finished / "metrics.jsonl").symlink_to(outside)
+    before = outside.read_bytes()
+    message = resume_error(finished, ["training.learning_steps=8"])
+    assert "metrics.jsonl: cannot be written (it is a symbolic link)" in message
+    assert outside.read_bytes() == before
+
+
+@pytest.mark.parametrize("file,content,expected", [
+    ("latest", '{"step": "x"}', "state/latest is unreadable"),
+    ("latest", "not json", "state/latest is unreadable"),
+    ("state.json", '{"step": "x", "state": {}}', "state.json is unreadable"),
+    ("state.json", '{"step": 6, "state": {"driver": {"step": "six"}}}', "the snapshot of step 6 (state/step-6) is malformed"),
+    ("tensors.safetensors", "garbage", "tensors.safetensors is unreadable"),
+])
+def test_resume_refuses_a_damaged_snapshot_in_one_line(finished, file, content, expected):
+    latest = json.loads((finished / "state" / "latest").read_text())
+    target = finished / "state" / "latest" if file == "latest" else finished / "state" / latest["path"] / file
+    target.write_text(content)
+    assert expected in resume_error(finished, ["training.learning_steps=8"])
+
+
+def test_resume_refuses_fewer_steps_than_the_run_made(finished):
+    assert "training.learning_steps = 4 is fewer than the 6 updates" in resume_error(finished, ["training.learning_steps=4"])

@@ -44,7 +44,12 @@ class JsonlTracker:
             raise ValueError("the jsonl tracker needs a run directory")
         self.path = os.path.join(run_dir, options.filename)
         self.flush_s = options.flush_s
-        self.fh = open(self.path, "a", encoding="utf-8")
+        try:  # never through a symbolic link: the run's files are written in its directory only
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        except OSError as exc:
+            reason = "it is a symbolic link" if os.path.islink(self.path) else exc.strerror
+            raise ValueError(f"{self.path}: cannot be written ({reason})") from None
+        self.fh = open(fd, "a", encoding="utf-8")
         self.last_flush = time.monotonic()
 
     def log(self, record: Record) -> None:
@@ -68,7 +73,11 @@ class JsonlTracker:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.fh.flush()
-        os.truncate(self.path, state["offset"])  # opened for appending: writes go on from there
+        offset, size = int(state["offset"]), os.fstat(self.fh.fileno()).st_size
+        if size < offset:  # deleted (and now made anew) or cut: the records before the snapshot are gone
+            raise ValueError(f"{self.path} holds {size} bytes, fewer than the {offset} the snapshot covers: the log was cut "
+                             "or deleted; put it back, or start a new run")
+        os.ftruncate(self.fh.fileno(), offset)  # opened for appending: writes go on from there
 
 
 class ConsoleOptions(BaseModel):

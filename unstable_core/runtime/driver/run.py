@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 
-from ...errors import ComponentError, RunFailed, describe_error
+from ...errors import ComponentError, ConfigError, RunFailed, describe_error
 from ...executors import RoleHandles
 from ...plugins import PluginSystem
 from ...protocols import Executor
@@ -48,6 +48,9 @@ class RunSteps:
         plan, plugins = self.plan, self.plugins
         prepare_run_dir(plan.run_dir, resume=self.resume)
         snapshot = read_latest(plan.run_dir) if self.resume else None  # before anything is written
+        if snapshot is not None and plan.trains and snapshot[0] > plan.config.training.learning_steps:
+            raise ConfigError(f"training.learning_steps = {plan.config.training.learning_steps} is fewer than the "
+                              f"{snapshot[0]} updates {plan.run_dir} has made: a resumed run can only go on")
         output = RunOutput(plan, plugins)
         status: RunStatus = "completed"
         error: str | None = None

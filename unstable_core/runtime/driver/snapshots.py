@@ -14,6 +14,7 @@ import asyncio
 from collections import Counter
 from typing import Any
 
+from ...errors import UnstableError, describe_error
 from ...records import EvalRecord, ResumeRecord
 from ...types import Checkpoint
 from ..rundir.store import write_snapshot
@@ -57,6 +58,17 @@ class Snapshots:
         }
 
     async def restore(self, step: int, full: dict[str, Any]) -> None:
+        """Load the snapshot of ``step``; a snapshot whose values are not what a snapshot holds is
+        one line naming it (a component's own error is named by its component)."""
+        try:
+            await self._restore(step, full)
+        except UnstableError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+            raise UnstableError(f"run directory {self.run.run_dir}: the snapshot of step {step} (state/step-{step}) is "
+                                f"malformed: {describe_error(exc)}") from None
+
+    async def _restore(self, step: int, full: dict[str, Any]) -> None:
         run, state, saved = self.run, self.run.state, full["driver"]
         roles = run.roles
         state.step, state.games_played = saved["step"], saved["games_played"]

@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 from pathlib import Path
 from typing import Any
 
-from ...errors import UnstableError
+from ...errors import UnstableError, describe_error
 from .jsonio import fsync_path, write_json_atomic
 
 TENSOR = "__tensor__"
+STEP_DIR = re.compile(r"step-\d+")
 #: for tests: SIGKILL this process in the middle of writing the snapshot of this step
 KILL_IN_SNAPSHOT_ENV = "UNSTABLE_TEST_KILL_IN_SNAPSHOT"
 
@@ -93,19 +95,31 @@ def _steps(root: Path) -> list[int]:
 
 
 def read_latest(run_dir: str | Path) -> tuple[int, dict[str, Any]]:
-    """(step, state) of the snapshot ``state/latest`` names; a clear error when there is none."""
+    """(step, state) of the snapshot ``state/latest`` names; one line naming the file when there
+    is none or it cannot be read (malformed JSON or types, cut tensors)."""
     root = Path(run_dir) / "state"
+    where = root / "latest"
     try:
-        latest = json.loads((root / "latest").read_text())
+        latest = json.loads(where.read_text())
+        if not isinstance(latest, dict) or not isinstance(latest.get("path"), str) or not STEP_DIR.fullmatch(latest["path"]):
+            raise ValueError(f"expected {{\"path\": \"step-N\"}}, found {str(latest)[:80]}")
         folder = root / latest["path"]
-        data = json.loads((folder / "state.json").read_text())
-    except FileNotFoundError:
-        raise UnstableError(f"run directory {run_dir} holds no snapshot to resume from (no state/latest)") from None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise UnstableError(f"run directory {run_dir}: unreadable snapshot: {exc}") from None
-    tensors: dict[str, Any] = {}
-    if (folder / "tensors.safetensors").exists():
-        from safetensors.torch import load_file
+        where = folder / "state.json"
+        data = json.loads(where.read_text())
+        if not isinstance(data, dict) or type(data.get("step")) is not int or not isinstance(data.get("state"), dict):
+            raise ValueError("expected an integer step and a state table")
+        tensors: dict[str, Any] = {}
+        if (folder / "tensors.safetensors").exists():
+            from safetensors.torch import load_file
 
-        tensors = load_file(str(folder / "tensors.safetensors"))
-    return int(data["step"]), join_tensors(data["state"], tensors)
+            where = folder / "tensors.safetensors"
+            tensors = load_file(str(where))
+        return data["step"], join_tensors(data["state"], tensors)
+    except FileNotFoundError:
+        if where == root / "latest":
+            raise UnstableError(f"run directory {run_dir} holds no snapshot to resume from (no state/latest)") from None
+        raise UnstableError(f"run directory {run_dir}: {where} is missing") from None
+    except UnstableError:
+        raise
+    except Exception as exc:  # JSON, types, safetensors' own errors
+        raise UnstableError(f"run directory {run_dir}: {where} is unreadable: {describe_error(exc)}") from None
