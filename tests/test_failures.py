@@ -480,3 +480,40 @@ def test_stop_before_start_prevents_the_run(make_plugin_system, tmp_path):
     job.stop()
     result = job.start()
     assert result.status == "interrupted" and result.games_played == 0 and not (tmp_path / "r").exists()
+
+
+def test_a_backend_that_never_answers_stops_the_run_within_its_timeout(make_plugin_system, tmp_path):
+    """No hang on a silent backend: past collection.request_timeout_s the run stops, naming the
+    backend and the model (scripted agents, which answer at once, need no bound)."""
+    import asyncio
+    import time
+
+    import unstable_core
+    from unstable_core import InferenceSpec, RunFailed, hookimpl
+    from unstable_core.testing import toy_plugin
+
+    class Silent:
+        tokenizer = None
+
+        async def generate(self, request):
+            await asyncio.Event().wait()  # never set
+
+        def load_checkpoint(self, checkpoint):
+            return checkpoint.version
+
+        def close(self):
+            pass
+
+    class Plugin:
+        @hookimpl
+        def unstable_inference_backends(self):
+            return [InferenceSpec(name="silent", summary="Never answers", factory=lambda o, ctx: Silent(), serves_checkpoints=False)]
+
+    system = make_plugin_system(toy_plugin, ("silent-plugin", Plugin()))
+    cfg = {"name": "t", "seed": 0, "env": {"name": "toy"}, "train_envs": ["PickBest-v0"],
+           "opponents": ["random-valid", {"uid": "mute", "model": "m", "backend": "silent"}], "model_sampler": {"name": "fixed"},
+           "collection": {"tournament_games": 50, "num_train_games": 4, "request_timeout_s": 0.5}, "trackers": []}
+    began = time.monotonic()
+    with pytest.raises(RunFailed, match=r"inference 'silent' gave no answer for model 'mute' within collection.request_timeout_s = 0.5 s"):
+        unstable_core.run(cfg, run_dir=tmp_path / "r", plugins=system)
+    assert time.monotonic() - began < 10

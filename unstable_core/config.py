@@ -93,6 +93,10 @@ class CollectionConfig(Section):
         "than slow_env_call_ms, then on threads for that env id.",
     )
     slow_env_call_ms: float = Field(20.0, ge=0, le=3_600_000, description="In env_calls = 'auto': what a slow env call is.")
+    request_timeout_s: float = Field(
+        600.0, gt=0, le=86_400, description="The longest a backend that waits for anything (not a scripted agent) may take to "
+        "answer one request; past it the run stops, naming the backend and the model (a silent backend never hangs it).",
+    )
     transcripts: float = Field(
         0.1, ge=0, le=1, description="Fraction of training and tournament games whose transcript is written to games/."
     )

@@ -11,8 +11,9 @@ goes through pydantic validation, which coerces it or fails the game naming the 
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -20,7 +21,7 @@ from pydantic import ValidationError
 from ...basemodel import trusted
 from ...errors import RunFailed, describe_error
 from ...protocols import EnvProvider
-from ...types import Completion, GameResult, GameSpec, GenerationRequest, PlayerTrajectory, Turn
+from ...types import Completion, GameResult, GameSpec, GenerationRequest, ModelRef, PlayerTrajectory, Turn
 from ..seeds import turn_seed
 from .envcalls import EnvCalls
 from .lockstep import Lockstep
@@ -36,6 +37,8 @@ class GameRunner:
         max_action_chars: int = 1000,
         env_calls: EnvCalls | None = None,
         lockstep: Lockstep | None = None,
+        request_timeout_s: float | None = None,
+        answers_at_once: Callable[[str], bool] = lambda backend: False,
     ) -> None:
         self.env_provider = env_provider
         self.templates = templates
@@ -44,6 +47,18 @@ class GameRunner:
         self.max_action_chars = max_action_chars
         self.env_calls = env_calls or EnvCalls("loop")
         self.lockstep = lockstep  # sync mode: turn rounds (lockstep.py)
+        self.request_timeout_s = request_timeout_s
+        self.answers_at_once = answers_at_once  # such a backend's requests need no bound
+
+    async def _bounded(self, answer: Awaitable[Any], ref: ModelRef) -> Any:
+        """``answer``, or RunFailed naming the backend and model when it takes longer than
+        ``request_timeout_s``: a backend that never answers stops the run instead of hanging it."""
+        try:
+            async with asyncio.timeout(self.request_timeout_s):  # in the game's own task (no task a request)
+                return await answer
+        except TimeoutError:
+            raise RunFailed(f"inference {ref.backend!r} gave no answer for model {ref.uid!r} within "
+                            f"collection.request_timeout_s = {self.request_timeout_s:g} s") from None
 
     async def play(self, spec: GameSpec) -> GameResult:
         start = time.perf_counter()
@@ -59,6 +74,8 @@ class GameRunner:
         try:
             # resolved once per game: the loop below runs for every turn of every game
             backends = [self.backends(ref.backend) for ref in seats]
+            timeout = self.request_timeout_s
+            bounded = [timeout is not None and not self.answers_at_once(ref.backend) for ref in seats]
             tokenizers = [b.tokenizer for b in backends]
             env_id, seed = spec.env.env_id, spec.seed
             template = self.templates(spec.env.template)
@@ -103,7 +120,10 @@ class GameRunner:
                     exact = False
                 if lockstep is not None:
                     await lockstep.turn((spec.game_idx, spec.seed))
-                completion = await backends[pid].generate(request)
+                if bounded[pid]:
+                    completion = await self._bounded(backends[pid].generate(request), seats[pid])
+                else:
+                    completion = await backends[pid].generate(request)
                 if not isinstance(completion, Completion):
                     completion = Completion.model_validate(completion)
                 action, format_ok = extract(completion.text)

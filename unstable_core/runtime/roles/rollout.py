@@ -44,7 +44,7 @@ class Rollout:
         self.lockstep = Lockstep() if collection.mode == "sync" else None
         self.runner = GameRunner(
             self.env_providers, self.template, self.backend, collection.max_turns, collection.max_action_chars, self.env_calls,
-            self.lockstep,
+            self.lockstep, collection.request_timeout_s, lambda name: self._at_once.get(name, False),
         )
         # build every backend a seat can name now: a broken one fails before the first game
         base = cfg.model_ref()
