@@ -32,11 +32,17 @@ def sampled_play(model, tmp_path, games):
            "collection": {"tournament_games": games, "num_train_games": 64, "transcripts": 1.0}, "trackers": []}
     result = unstable_core.run(cfg, run_dir=tmp_path / "play")
     assert result.status == "completed"
+    return answers(tmp_path / "play" / "games" / "tournament.jsonl", "tiny")
+
+
+def answers(transcripts, uid):
+    """observation -> counts of the actions ``uid`` played there ("other" for an answer that is no
+    canonical one), from a transcript file."""
     counts: dict[str, Counter] = defaultdict(Counter)
-    for line in (tmp_path / "play" / "games" / "tournament.jsonl").read_text().splitlines():
+    for line in transcripts.read_text().splitlines():
         game = json.loads(line)
         for turn in game["turns"]:
-            if game["seats"][turn["player_id"]]["uid"] == "tiny":
+            if game["seats"][turn["player_id"]]["uid"] == uid:
                 known = turn["completion"] in (f"\\boxed{{{m}}}" for m in ("[pass]", "[bet]"))
                 counts[turn["observation"]][turn["action"] if known else "other"] += 1
     return counts
@@ -95,13 +101,7 @@ def test_a_trained_checkpoints_extracted_policy_is_the_one_it_plays(tiny, tmp_pa
     examples = __import__("pathlib").Path(__file__).resolve().parents[3] / "examples"
     result = unstable_core.run(examples / "openspiel-kuhn-tiny.toml", run_dir=tmp_path / "run", overrides=overrides)
     assert result.status == "completed" and result.learner_steps == 6
-    counts: dict[str, Counter] = defaultdict(Counter)
-    for line in (tmp_path / "run" / "games" / "eval.jsonl").read_text().splitlines():
-        game = json.loads(line)
-        for turn in game["turns"]:
-            if game["seats"][turn["player_id"]]["uid"] == "ckpt-6":
-                known = turn["completion"] in (f"\\boxed{{{m}}}" for m in ("[pass]", "[bet]"))
-                counts[turn["observation"]][turn["action"] if known else "other"] += 1
+    counts = answers(tmp_path / "run" / "games" / "eval.jsonl", "ckpt-6")
     served = resolve(str(tmp_path / "run"), KUHN)
     assert served.ref.uid == "ckpt-6" and served.options["temperature"] == 0.7 and served.template == "qwen3-zs"
     backend = build_component("inference", "hf", served.options)

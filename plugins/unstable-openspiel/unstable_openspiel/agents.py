@@ -93,16 +93,13 @@ class AgentPolicies:
             return policies.tabulate(env_id, params, lambda info: {a: 1 / len(info.labels) for a in info.labels.values()}, self.limit)
         if kind == "cfr":
             return policies.cfr_policy(env_id, params, int(arg))
-        base = self._compute(arg, env_id, params) if _is_agent(arg) else scripted_policy(arg, env_id, params, self.limit)
+        base = self._compute(arg, env_id, params) if is_agent(arg) else scripted_policy(arg, env_id, params, self.limit)
         return policies.best_response_policy(env_id, params, base)[0]
 
 
-def _is_agent(spec: str) -> bool:
-    try:
-        parse(spec)
-        return True
-    except ValueError:
-        return False
+def is_agent(spec: str) -> bool:
+    """Whether SPEC names an agent of this backend (else a scripted agent)."""
+    return spec.partition(":")[0] in AGENT_KINDS
 
 
 def scripted_policy(agent: str, env_id: str, params: dict[str, Any], limit: int = policies.MAX_INFO_STATES) -> Any:
