@@ -29,7 +29,7 @@ _LAZY = {
     **{n: "components" for n in (
         "ComponentSpec", "EnvProviderSpec", "EnvSamplerSpec", "ModelSamplerSpec", "RaterSpec",
         "RewardTransformSpec", "BufferSpec", "LearnerSpec", "InferenceSpec", "ExecutorSpec", "TrackerSpec",
-        "TemplateSpec", "NoOptions", "BuildContext", "ChosenComponents", "KINDS",
+        "TemplateSpec", "Options", "NoOptions", "BuildContext", "ChosenComponents", "KINDS",
     )},
     **{n: "protocols" for n in (
         "GameEnv", "EnvProvider", "EnvSampler", "ModelSampler", "Registry", "Rater", "Buffer", "Learner", "Inference",
@@ -51,6 +51,7 @@ _LAZY = {
     # running: the Python API (an executor's names are in unstable_core.executors)
     **{n: "api" for n in ("run", "build", "Run")},
     "RunResult": "result",
+    **{n: "groups" for n in ("group_advantages", "group_keys")},
     "build_component": "runtime.building",
     **{n: "runtime.roles.registry" for n in ("ModelRegistry", "ModelEntry", "checkpoint_ref")},
     **{n: "builtin.inference_scripted" for n in ("valid_moves",)},

@@ -28,10 +28,16 @@ from .types import AdapterShape, EnvSpec, ModelRef
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 
 
-class NoOptions(BaseModel):
-    """Options model of a component that takes none."""
+class Options(BaseModel):
+    """Base of a component's options model: unknown keys are refused (``config check`` names the
+    key and the closest option). The core refuses them for any model that leaves ``extra`` to
+    pydantic's default; a model that sets ``extra="allow"`` or ``"ignore"`` itself keeps them."""
 
     model_config = ConfigDict(extra="forbid")
+
+
+class NoOptions(Options):
+    """Options model of a component that takes none."""
 
 
 class BuildContext:
@@ -150,10 +156,23 @@ class RaterSpec(ComponentSpec):
 class RewardTransformSpec(ComponentSpec):
     kind: ClassVar[str] = "reward_transform"
     stage: Literal["final", "step", "sampling"] = Field(description="Which pipeline the transform belongs to.")
+    needs_groups: bool = Field(
+        False, description="The transform compares the games of a group (a group baseline): it needs `collection.group_size` "
+        ">= 2 and must come before every sampling transform that mixes the batch.",
+    )
+    mixes_batch: bool = Field(
+        False, description="A step's new reward depends on the rewards of other games of the batch (normalize): a group "
+        "baseline after it would compare rewards already mixed across groups.",
+    )
 
 
 class BufferSpec(ComponentSpec):
     kind: ClassVar[str] = "buffer"
+    keeps_episodes: bool = Field(
+        False, description="The buffer stores and draws each episode it is given whole (never some of its steps): needed "
+        "by grouped games (`collection.group_size` > 1: a group is handed over as one episode) and by learners that "
+        "declare `needs_episodes`.",
+    )
 
 
 class LearnerSpec(ComponentSpec):
@@ -165,6 +184,18 @@ class LearnerSpec(ComponentSpec):
         False,
         description="Steps whose reward (advantage) is exactly zero carry no gradient for this learner: drop them "
         "before update (REINFORCE). An actor-critic learner needs them (False). `training.filter_zero_advantage` overrides.",
+    )
+    computes_advantages: bool = Field(
+        False, description="The learner computes its own advantages from each step's reward (a critic and GAE): the "
+        "sampling transforms, which turn rewards into advantages, are refused by `config check`.",
+    )
+    needs_episodes: bool = Field(
+        False, description="Each batch must hold whole episodes (every turn of a seat's game, for returns over turns): the "
+        "buffer must declare `keeps_episodes`.",
+    )
+    needs_groups: bool = Field(
+        False, description="The learner compares the games of a group (a group baseline of its own): `config check` asks "
+        "for `collection.group_size` >= 2.",
     )
     adapter: Callable[[Any], AdapterShape | None] | None = Field(
         None,

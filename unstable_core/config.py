@@ -70,6 +70,17 @@ class CollectionConfig(Section):
         "metrics, transcripts and weights.",
     )
     num_train_games: int = Field(8, ge=1, le=MAX_IN_FLIGHT, description="Training (or tournament) games kept in flight.")
+    group_size: int = Field(
+        1, ge=1, le=1024, description="Each scheduled training game is played this many times from the same seed and seats "
+        "(the same deal and first observation; the sampling seeds differ): a group, stored and drawn whole by the buffer "
+        "(one that keeps episodes: `episode`), for group baselines (GRPO, RLOO: the `group-baseline` transform). Games "
+        "in flight are rounded up to whole groups.",
+    )
+    branch_turn: int = Field(
+        0, ge=0, le=1_000_000, description="With group_size > 1: the games of a group sample their first branch_turn turns "
+        "(every player's, in play order) with the same seeds, so they share that opening as far as the backends' seeded "
+        "sampling is deterministic, and branch after it (0: from the first turn).",
+    )
     num_eval_games: int = Field(4, ge=1, le=MAX_IN_FLIGHT, description="Evaluation games kept in flight.")
     eval_policy_metrics: bool = Field(
         False, description="With each evaluation, also the exact policy metrics the env's provider offers for the evaluated "

@@ -6,6 +6,7 @@ pydantic in ``config.py``.)"""
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -15,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 from .components import ChosenComponents, InferenceSpec
 from .config import RunConfig, env_provider_of
 from .config_loading import format_validation_error
+from .config_pipeline import pipeline_problems
 from .errors import ConfigError, UnknownComponentError, UnstableError, describe_error
 from .types import AdapterShape
 
@@ -26,11 +28,35 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def validate_options(spec: Any, options: Mapping[str, Any], source: str, key: str, strict: bool = False) -> BaseModel:
     """Validate one component's options with its own model; errors name the key path. ``strict``
-    (a config's own values): no coercion, so that "yes" or 1 is no boolean and true no integer."""
+    (a config's own values): no coercion, so that "yes" or 1 is no boolean and true no integer.
+    An unknown option is refused, naming the component and the closest known option, unless the
+    model says ``extra="allow"`` or ``extra="ignore"`` itself (pydantic's default would drop a typo
+    silently)."""
+    model = spec.config
+    unknown = unknown_options(model, options)
+    if unknown:
+        where = f"{key}." if key else ""
+        lines = []
+        for name in unknown:
+            close = difflib.get_close_matches(name, list(model.model_fields), n=1)
+            lines.append(f"{source}: {where}{name}: unknown option of {spec.kind} {spec.name!r}"
+                         + (f"; did you mean {close[0]!r}?" if close else ""))
+        raise ConfigError("\n".join(lines))
     try:
-        return spec.config.model_validate(dict(options), strict=strict)
+        return model.model_validate(dict(options), strict=strict)
     except ValidationError as exc:
-        raise ConfigError(format_validation_error(exc, source, prefix=key, model=spec.config)) from None
+        raise ConfigError(format_validation_error(exc, source, prefix=key, model=model)) from None
+
+
+def unknown_options(model: type[BaseModel], options: Mapping[str, Any]) -> list[str]:
+    """The keys of ``options`` that ``model`` does not know (none where the model itself says
+    ``extra="allow"`` or ``"ignore"``)."""
+    if model.model_config.get("extra") in ("allow", "ignore"):
+        return []
+    known = set(model.model_fields)
+    known |= {f.alias for f in model.model_fields.values() if f.alias}
+    known |= {f.validation_alias for f in model.model_fields.values() if isinstance(f.validation_alias, str)}
+    return [str(k) for k in options if k not in known]
 
 
 def resolve_components(cfg: RunConfig, system: PluginSystem, source: str = "<config>") -> dict[str, tuple[Any, BaseModel]]:
@@ -143,6 +169,7 @@ def check_run(cfg: RunConfig, system: PluginSystem, source: str = "<config>") ->
                 spec.check_run(opts, chosen)
             except Exception as exc:
                 problems.append(f"{source}: {key}: {exc if isinstance(exc, ValueError) else describe_error(exc)}")
+    problems += pipeline_problems(cfg, resolved, source)
     refs = [(f"opponents.{i}", o.ref()) for i, o in enumerate(cfg.opponents)]
     base = cfg.model_ref()
     if base is not None:

@@ -7,7 +7,7 @@ import copy
 import difflib
 import os
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,17 @@ def _type_name(value: Any) -> str:
 SECRET_ERROR = "unstable_secret"
 
 
+def _nested_model(model: type[BaseModel], path: Sequence[Any]) -> type[BaseModel] | None:
+    """The pydantic model at ``path`` inside ``model`` (a field whose type is a model), if any."""
+    for part in path:
+        field = model.model_fields.get(str(part))
+        annotation = field.annotation if field is not None else None
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return None
+        model = annotation
+    return model
+
+
 def format_validation_error(exc: ValidationError, source: str, prefix: str = "", model: type[BaseModel] | None = None) -> str:
     """One line per problem: ``source: key.path: what was expected (found ...)``."""
     lines = []
@@ -36,8 +47,8 @@ def format_validation_error(exc: ValidationError, source: str, prefix: str = "",
         if err["type"] == "extra_forbidden":
             key = str(err["loc"][-1]) if err["loc"] else "?"
             hint = ""
-            if model is not None:
-                target = model
+            target = _nested_model(model, err["loc"][:-1]) if model is not None else None
+            if target is not None:
                 close = difflib.get_close_matches(key, list(target.model_fields), n=1)
                 if close:
                     hint = f"; did you mean {close[0]!r}?"

@@ -66,6 +66,12 @@ class GameSpec(Model):
     train_seats: list[int] = Field(default_factory=list, description="Player ids whose turns go to the buffer.")
     mode: Literal["train", "eval", "tournament"] = Field("train", description="Why the game is played.")
     eval_step: int | None = Field(None, description="For evaluation games: the learner step being evaluated.")
+    group_id: int | None = Field(None, description="Grouped training games (`collection.group_size`): the game_idx of the "
+                                 "group's first game; every game of a group has the same seed and seats. None: not grouped.")
+    group_index: int = Field(0, ge=0, description="Position of the game in its group; from it the game's sampling seeds "
+                             "(position 0 samples as an ungrouped game would).")
+    branch_turn: int = Field(0, ge=0, description="Turns (all players', in play order) sampled with the group's shared "
+                             "seeds before the games of a group branch (`collection.branch_turn`).")
 
 
 class Turn(Model):
@@ -148,6 +154,9 @@ class Step(Model):
     turn: Turn
     final_reward: float = Field(description="Reward after final transforms, before step transforms.")
     reward: float = Field(description="Reward after every transform; learners use it as the advantage signal.")
+    group_id: int | None = Field(None, description="The group of games this step's game belongs to (the group's first "
+                                 "game_idx; an ungrouped game is a group of one: its own game_idx).")
+    group_index: int = Field(0, ge=0, description="Position of this step's game in its group.")
 
 
 class Batch(Model):

@@ -64,7 +64,8 @@ class StepBuffer:
 
 
 class EpisodeBuffer:
-    """Keeps a seat's steps of one game together; draws whole episodes until n steps are reached."""
+    """Keeps each episode it is given together (a seat's steps of one game; a group of games,
+    ``collection.group_size``); draws whole episodes until n steps are reached."""
 
     def __init__(self, options: BufferOptions, rng: random.Random) -> None:
         self.capacity = options.capacity
@@ -123,5 +124,6 @@ def buffer_factory(cls: type) -> Any:
 def unstable_buffers() -> list[BufferSpec]:
     return [
         BufferSpec(name="step", summary="Steps drawn at random without replacement", config=BufferOptions, factory=buffer_factory(StepBuffer)),
-        BufferSpec(name="episode", summary="Whole episodes drawn at random", config=BufferOptions, factory=buffer_factory(EpisodeBuffer)),
+        BufferSpec(name="episode", summary="Whole episodes drawn at random", config=BufferOptions, factory=buffer_factory(EpisodeBuffer),
+                   keeps_episodes=True),
     ]

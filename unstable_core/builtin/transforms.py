@@ -2,7 +2,7 @@
 
 final     win-draw-loss, role-advantage, role-advantage-by-env
 step      reward-for-format, penalty-for-invalid-move, penalty-for-truncation
-sampling  normalize, normalize-by-env, scale-negative
+sampling  normalize, normalize-by-env, group-baseline, scale-negative
 """
 
 from __future__ import annotations
@@ -11,12 +11,13 @@ import math
 import re
 from collections import defaultdict
 from collections.abc import Hashable
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .. import hookimpl
 from ..components import NoOptions, RewardTransformSpec
+from ..groups import group_advantages
 from ..types import Step
 
 
@@ -191,8 +192,28 @@ class ScaleNegative:
         return [s.model_copy(update={"reward": s.reward * self.o.scale}) if s.reward < 0 else s for s in steps]
 
 
-def _spec(name: str, stage: str, summary: str, config: type[BaseModel], factory: Any) -> RewardTransformSpec:
-    return RewardTransformSpec(name=name, stage=stage, summary=summary, config=config, factory=factory)
+class GroupBaselineOptions(_Opts):
+    baseline: Literal["mean", "leave-one-out"] = Field(
+        "mean", description="'mean': the mean of the group's games (GRPO, Dr. GRPO); 'leave-one-out': the mean of the "
+        "group's other games (RLOO).")
+    scale: Literal["none", "std"] = Field("none", description="'std': divide by the group's standard deviation (GRPO); "
+                                          "'none': do not (Dr. GRPO, RLOO).")
+    eps: float = Field(1e-8, gt=0, description="Added to the standard deviation before dividing.")
+
+
+class GroupBaseline:
+    """Each step's reward minus its group's baseline (``unstable_core.groups``)."""
+
+    def __init__(self, options: GroupBaselineOptions) -> None:
+        self.o = options
+
+    def __call__(self, steps: list[Step]) -> list[Step]:
+        advantages = group_advantages(steps, self.o.baseline, self.o.scale, self.o.eps)
+        return [s.model_copy(update={"reward": a}) for s, a in zip(steps, advantages)]
+
+
+def _spec(name: str, stage: str, summary: str, config: type[BaseModel], factory: Any, **declared: bool) -> RewardTransformSpec:
+    return RewardTransformSpec(name=name, stage=stage, summary=summary, config=config, factory=factory, **declared)
 
 
 @hookimpl
@@ -206,8 +227,12 @@ def unstable_reward_transforms() -> list[RewardTransformSpec]:
         _spec("penalty-for-invalid-move", "step", "Add penalty to moves the env rejected", InvalidMoveOptions, lambda o, ctx: PenaltyForInvalidMove(o)),
         _spec("penalty-for-truncation", "step", "Add penalty to completions cut at the token limit", TruncationOptions,
               lambda o, ctx: PenaltyForTruncation(o)),
-        _spec("normalize", "sampling", "z-score rewards over the batch (std + eps)", NormalizeOptions, lambda o, ctx: Normalize(o, by_env=False)),
-        _spec("normalize-by-env", "sampling", "z-score rewards per env within the batch", NormalizeOptions, lambda o, ctx: Normalize(o, by_env=True)),
+        _spec("normalize", "sampling", "z-score rewards over the batch (std + eps)", NormalizeOptions, lambda o, ctx: Normalize(o, by_env=False),
+              mixes_batch=True),
+        _spec("normalize-by-env", "sampling", "z-score rewards per env within the batch", NormalizeOptions, lambda o, ctx: Normalize(o, by_env=True),
+              mixes_batch=True),
+        _spec("group-baseline", "sampling", "Subtract the group's mean (or leave-one-out) reward; optionally divide by its std",
+              GroupBaselineOptions, lambda o, ctx: GroupBaseline(o), needs_groups=True),
         _spec("scale-negative", "sampling", "Multiply negative advantages by scale (0 keeps the positive steps only)",
               ScaleNegativeOptions, lambda o, ctx: ScaleNegative(o)),
     ]

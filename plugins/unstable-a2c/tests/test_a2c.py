@@ -8,8 +8,7 @@ import torch
 
 from unstable_a2c.learner import A2CLearner
 from unstable_a2c.options import A2COptions
-from unstable_a2c.plugin import make_learner
-from unstable_core import Batch, BuildContext, Checkpoint, GenerationRequest, ModelRef, Step, Turn, UnstableError
+from unstable_core import Batch, Checkpoint, GenerationRequest, ModelRef, Step, Turn
 from unstable_hf.training import Sequence, pack
 
 torch.set_num_threads(1)
@@ -28,6 +27,13 @@ def step(game, player, t, n, prompt, completion, final, reward=None):
                 reward=final if reward is None else reward)
 
 
+def targets(L, steps):
+    """(advantage, return, value) by (game, seat, turn), as ``loss`` reads them."""
+    L.prepare_batch(steps)
+    columns = [L.prepared.of(steps, name) for name in ("advantage", "return", "value")]
+    return {(s.game_idx, s.player_id, s.turn_index): row for s, *row in zip(steps, *columns)}
+
+
 def test_prepare_runs_gae_over_each_players_own_turns(tiny_path):
     """Two players' turns interleaved in one batch (as a game plays them), V(s) fixed by hand: the
     targets are GAE over each player's turns alone, the final reward at their last turn only."""
@@ -36,7 +42,8 @@ def test_prepare_runs_gae_over_each_players_own_turns(tiny_path):
              step(0, 0, 1, 2, [5, 9], [7], 1.0, reward=0.5), step(0, 1, 1, 2, [5, 10], [7], -1.0)]
     values = {0: 0.5, 1: -0.2, 2: 0.3, 3: 0.1}
     L.critic.values = lambda packed: torch.tensor([values[i] for i in range(len(packed.last_prompt_index))])
-    stats = L.prepare(steps)
+    stats = L.prepare_batch(steps)
+    got = targets(L, steps)
     # player 0: rewards [0, 1 - 0.5] (a step penalty of -0.5 at its last turn), V [0.5, 0.3]
     a1 = 0.5 - 0.3
     a0 = 0.9 * 0.3 - 0.5 + 0.72 * a1
@@ -45,27 +52,27 @@ def test_prepare_runs_gae_over_each_players_own_turns(tiny_path):
     b0 = 0.9 * 0.1 + 0.2 + 0.72 * b1
     expect = {(0, 0, 0): (a0, a0 + 0.5), (0, 0, 1): (a1, a1 + 0.3), (0, 1, 0): (b0, b0 - 0.2), (0, 1, 1): (b1, b1 + 0.1)}
     for key, (adv, ret) in expect.items():
-        assert L.targets[key][:2] == pytest.approx((adv, ret), abs=1e-6)
+        assert got[key][:2] == pytest.approx((adv, ret), abs=1e-6)
     assert stats["value_mean"] == pytest.approx(0.175)
 
 
 def test_advantages_are_z_scored_over_the_batch_and_returns_are_not(tiny_path):
     L = learner(tiny_path, mini_batch_size=16)
     steps = [step(g, 0, 0, 1, [5, 6 + g], [7], r) for g, r in enumerate([1.0, -1.0, 0.0, 1.0])]
-    L.prepare(steps)
-    adv = [L.targets[(g, 0, 0)][0] for g in range(4)]
+    got = targets(L, steps)
+    adv = [got[(g, 0, 0)][0] for g in range(4)]
     assert sum(adv) == pytest.approx(0, abs=1e-6) and sum(a * a for a in adv) / 4 == pytest.approx(1, abs=1e-4)
-    assert [L.targets[(g, 0, 0)][1] for g in range(4)] == pytest.approx([1.0, -1.0, 0.0, 1.0])  # V = 0 at the start
+    assert [got[(g, 0, 0)][1] for g in range(4)] == pytest.approx([1.0, -1.0, 0.0, 1.0])  # V = 0 at the start
 
 
 def test_negative_advantages_are_scaled_for_the_policy_only(tiny_path):
     steps = [step(g, 0, 0, 1, [5, 6 + g], [7], r) for g, r in enumerate([1.0, -1.0, 0.0, 1.0])]
     full, half = learner(tiny_path, mini_batch_size=16), learner(tiny_path, mini_batch_size=16, negative_advantage_scale=0.5)
-    full.prepare(steps), half.prepare(steps)
+    full_targets, half_targets = targets(full, steps), targets(half, steps)
     for g in range(4):
-        a, r, v = full.targets[(g, 0, 0)]
-        assert half.targets[(g, 0, 0)] == pytest.approx((a * 0.5 if a < 0 else a, r, v))  # returns, values: as they were
-    assert sum(full.targets[(g, 0, 0)][0] < 0 for g in range(4)) == 2
+        a, r, v = full_targets[(g, 0, 0)]
+        assert half_targets[(g, 0, 0)] == pytest.approx((a * 0.5 if a < 0 else a, r, v))  # returns, values: as they were
+    assert sum(full_targets[(g, 0, 0)][0] < 0 for g in range(4)) == 2
 
 
 def train_critic(L, rounds=20):
@@ -158,13 +165,18 @@ def test_the_hf_backend_serves_the_policy_part_of_a_checkpoint(tiny_path, tmp_pa
 
 
 @pytest.mark.parametrize("config, message", [
-    ({"reward": {"sampling": [{"name": "normalize"}]}, "buffer": {"name": "episode"}}, "remove the \\[reward\\] sampling transforms \\(normalize\\)"),
-    ({"buffer": {"name": "step"}}, 'set \\[buffer\\] name = "episode"'),
+    ({"reward": {"sampling": [{"name": "normalize"}]}, "buffer": {"name": "episode"}},
+     "learner 'a2c' computes its own advantages .*remove the \\[reward\\] sampling transforms \\(normalize\\)"),
+    ({"buffer": {"name": "step"}}, 'learner \'a2c\' needs whole episodes .*set \\[buffer\\] name = "episode"'),
 ])
-def test_configs_that_would_corrupt_its_targets_are_refused(tiny_path, config, message):
-    ctx = BuildContext(config=config, model=ModelRef(uid="base", kind="base", model=tiny_path))
-    with pytest.raises(UnstableError, match=message):
-        make_learner(A2COptions(device="cpu", lora=LORA), ctx)
+def test_configs_that_would_corrupt_its_targets_are_refused_by_the_check(tiny_path, tmp_path, config, message):
+    from unstable_core import ConfigError, build
+
+    base = {"name": "a2c-check", "train_envs": [{"env_id": "KuhnPoker-v0-train", "template": "qwen3-zs"}],
+            "opponents": ["random-valid"], "model": {"model": tiny_path}, "inference": {"name": "hf", "device": "cpu"},
+            "learner": {"name": "a2c", "device": "cpu"}, "training": {"learning_steps": 1, "batch_size": 4}}
+    with pytest.raises(ConfigError, match=message):
+        build({**base, **config}, run_dir=tmp_path / "run")
 
 
 def test_a_run_with_a_sampling_transform_stops_with_one_message_and_status_2(tiny_path, tmp_path):
@@ -231,7 +243,7 @@ def test_prepare_reads_the_critic_over_the_learners_token_chunks(tiny_path):
 
     steps = self_play_steps(AutoTokenizer.from_pretrained(tiny_path), "KuhnPoker-v0-train", n=20)
     steps = [s for s in steps if s.game_idx < steps[-1].game_idx]  # whole games only
-    targets = []
+    found = []
     for tokens in (None, 600):
         L = learner(tiny_path, dtype="float64", mini_batch_size=32, mini_batch_tokens=tokens)
         with torch.no_grad():
@@ -240,9 +252,8 @@ def test_prepare_reads_the_critic_over_the_learners_token_chunks(tiny_path):
         forwards = []
         values = L.critic.values
         L.critic.values = lambda packed: forwards.append(len(packed.completion_lengths)) or values(packed)
-        L.prepare(steps)
-        targets.append((L.targets, forwards))
-    (one, [n]), (cut, sizes) = targets
+        found.append((targets(L, steps), forwards))
+    (one, [n]), (cut, sizes) = found
     assert n == len(steps) and len(sizes) > 2 and sum(sizes) == len(steps)
     for key, value in one.items():
         assert cut[key] == pytest.approx(value, rel=1e-9, abs=1e-12)

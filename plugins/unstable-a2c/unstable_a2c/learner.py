@@ -27,14 +27,9 @@ from .critic import Critic
 from .gae import episodes, gae, turn_rewards
 
 
-def _key(s: Step) -> tuple[int, int, int]:
-    return (s.game_idx, s.player_id, s.turn_index)
-
-
 class A2CLearner(LoraLearner):
     def build_modules(self) -> None:
         self.critic = Critic(self.policy, self.options, self.base_model)
-        self.targets: dict[tuple[int, int, int], tuple[float, float, float]] = {}
 
     def trainable(self) -> dict[str, torch.nn.Parameter]:
         return {**super().trainable(), **self.critic.named_parameters()}
@@ -46,7 +41,7 @@ class A2CLearner(LoraLearner):
         return {"policy": torch.optim.AdamW(policy, lr=self.options.lr, weight_decay=wd),
                 "critic": torch.optim.AdamW(list(critic.values()), lr=self.options.critic_lr, weight_decay=wd)}
 
-    def prepare(self, steps: list[Step]) -> dict[str, float]:
+    def prepare(self, steps: list[Step]) -> dict[str, float | list[float]]:
         values: list[float] = []
         for chunk in self.chunks(steps):
             values += self.critic.values(self.pack(chunk)).tolist()
@@ -62,16 +57,16 @@ class A2CLearner(LoraLearner):
             used = [(a - mean) / (std + 1e-8) for a in used]
         if (scale := self.options.negative_advantage_scale) != 1.0:
             used = [a * scale if a < 0 else a for a in used]
-        self.targets = {_key(s): (a, r, v) for s, a, r, v in zip(steps, used, returns, values)}
         var = pvariance(returns) if len(returns) > 1 else 0.0
         residual = pvariance([r - v for r, v in zip(returns, values)]) if len(returns) > 1 else 0.0
-        return {"value_mean": fmean(values), "return_mean": fmean(returns), "gae_advantage_mean": fmean(advantages),
+        return {"advantage": used, "return": returns, "value": values,  # per step: loss reads them by step
+                "value_mean": fmean(values), "return_mean": fmean(returns), "gae_advantage_mean": fmean(advantages),
                 "explained_variance": 1.0 - residual / var if var > 0 else 0.0}
 
     def loss(self, steps: list[Step], batch_size: int) -> tuple[torch.Tensor, dict[str, float]]:
         packed = self.pack(steps)
         logp = self.policy.completion_logprobs(packed)
-        adv, ret, old = (packed.tensor([self.targets[_key(s)][k] for s in steps], dtype=logp.dtype) for k in range(3))
+        adv, ret, old = (self.step_values(steps, name, logp.dtype) for name in ("advantage", "return", "value"))
         policy_loss = -(adv * self.sequence_logprobs(packed, logp)).sum() / batch_size
         value = self.critic.values(packed)
         error = (value - ret) ** 2

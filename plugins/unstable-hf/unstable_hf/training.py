@@ -46,6 +46,7 @@ from .packing import Packed, Sequence, pack, sequences
 from .policy import Policy, hidden_states, split_body_and_head
 from .prefix import attention_pair_weight, forward_cost, pack_shared, shared_with_previous, token_runs
 from .segments import pack_segments
+from .step_values import StepValues
 
 __all__ = [
     "LoraLearner", "LearnerOptions", "Policy", "Packed", "Sequence", "hidden_states", "pack", "pack_segments", "pack_shared", "sequences",
@@ -82,6 +83,7 @@ class LoraLearner:
         self.optimizer = self.optimizers["policy"]
         self.version = 0
         self.counts: Counter[str] = Counter()
+        self.prepared = StepValues()
         self.pair_weight = attention_pair_weight(self.model.config)
         self.forward_cost = forward_cost(self.model.config)
         self.set_prefix_sharing(options.prefix_sharing)
@@ -134,10 +136,22 @@ class LoraLearner:
         as ``NAME_grad_norm``. Override to train a critic with its own optimizer."""
         return {"policy": self.make_optimizer()}
 
-    def prepare(self, steps: list[Step]) -> dict[str, float] | None:
+    def prepare(self, steps: list[Step]) -> dict[str, Any] | None:
         """Called once per update with the whole batch, before its chunks, without grad: compute
-        what ``loss`` treats as constants (a critic's values and the advantages, say). Numbers
-        returned are logged."""
+        what ``loss`` treats as constants (a critic's values, group advantages). A number
+        returned is logged; a list (or 1-d tensor) of one value per step of ``steps``, in order,
+        is a per-step value that ``loss`` reads with ``step_values(chunk, name)``."""
+
+    def prepare_batch(self, steps: list[Step]) -> dict[str, float]:
+        """``prepare`` the batch (without grad): keep its per-step values for ``step_values``,
+        return its numbers."""
+        with torch.no_grad():
+            return self.prepared.split(steps, self.prepare(steps) or {})
+
+    def step_values(self, steps: list[Step], name: str, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """The per-step values ``name`` that ``prepare`` returned, for these steps (a chunk), in
+        their order, as a tensor on the model's device; found by step (game, seat, turn)."""
+        return torch.tensor(self.prepared.of(steps, name), dtype=dtype or self.policy.head.weight.dtype, device=self.device)
 
     def save_extra(self, folder: Path) -> None:
         """Write more into a checkpoint folder before it is renamed into place (a critic, say)."""
@@ -189,8 +203,7 @@ class LoraLearner:
         self.model.train()
         for optimizer in self.optimizers.values():
             optimizer.zero_grad(set_to_none=True)
-        with torch.no_grad():
-            prepared = self.prepare(steps) or {}
+        prepared = self.prepare_batch(steps)
         self.counts.clear()
         total = 0.0
         sums: dict[str, float] = {}

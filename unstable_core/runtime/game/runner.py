@@ -22,7 +22,7 @@ from ...basemodel import trusted
 from ...errors import RunFailed, describe_error
 from ...protocols import EnvProvider
 from ...types import Completion, GameResult, GameSpec, GenerationRequest, ModelRef, PlayerTrajectory, Turn
-from ..seeds import turn_seed
+from ..seeds import index_seed, turn_seed
 from .envcalls import EnvCalls
 from .lockstep import Lockstep
 
@@ -78,6 +78,8 @@ class GameRunner:
             bounded = [timeout is not None and not self.answers_at_once(ref.backend) for ref in seats]
             tokenizers = [b.tokenizer for b in backends]
             env_id, seed = spec.env.env_id, spec.seed
+            # a grouped game's own sampling stream, after the turns its group shares (branch_turn)
+            own, branch = (index_seed(seed, spec.group_index), spec.branch_turn) if spec.group_index else (seed, 0)
             template = self.templates(spec.env.template)
             render, extract = template.render, template.extract
             # env calls run on the loop, or on threads once this env id is known to be slow (envcalls)
@@ -109,7 +111,7 @@ class GameRunner:
                 prompt = render(observation, tokenizer=tokenizers[pid])
                 fields = {
                     "model": seats[pid], "prompt": prompt, "observation": observation, "env_id": env_id,
-                    "player_id": pid, "seed": turn_seed(seed, turns),
+                    "player_id": pid, "seed": turn_seed(own if turns >= branch else seed, turns),
                 }
                 # the env's and template's values are used as they are when their types are
                 # exact; anything else is validated (coerced, or the game fails naming the field)

@@ -37,14 +37,22 @@ class BufferRole:
         self.drop_zero_advantage = declared if choice is None else choice
 
     async def add(self, results: list[GameResult]) -> int:
-        """Store the trained seats of the finished training games; return the steps stored."""
+        """Store the trained seats of the finished training games; return the steps stored.
+        The games of a group (``collection.group_size``; scheduled, played and taken in
+        together) are handed to the buffer as one episode, which it keeps whole."""
         added = 0
+        groups: dict[int, list[Step]] = {}
         for result in results:
             if result.game.mode != "train":
                 continue
             episodes = self.rewards.episodes(result)
-            if episodes:
+            if result.game.group_id is not None:
+                groups.setdefault(result.game.group_id, []).extend(s for episode in episodes for s in episode)
+            elif episodes:
                 added += guarded(self.label, "add", self.buffer.add, episodes)
+        grouped = [steps for steps in groups.values() if steps]
+        if grouped:
+            added += guarded(self.label, "add", self.buffer.add, grouped)
         return added
 
     async def draw(self, n: int, learner_version: int) -> Batch:

@@ -54,10 +54,16 @@ class League:
 
     # -- scheduling -------------------------------------------------------------------------------
     async def schedule(self, n: int, mode: str) -> list[GameSpec]:
-        """The next ``n`` training (``mode="train"``) or tournament games."""
-        make = self._train_spec if mode == "train" else self._tournament_spec
-        specs, self.replay = self.replay[:n], self.replay[n:]
-        specs += [make() for _ in range(n - len(specs))]
+        """The next ``n`` training (``mode="train"``) or tournament games; training games in
+        whole groups (``collection.group_size``), so that ``n`` is rounded up to whole groups."""
+        make = self._train_group if mode == "train" else (lambda: [self._tournament_spec()])
+        cut = min(n, len(self.replay))
+        while 0 < cut < len(self.replay) and self.replay[cut].group_id is not None \
+                and self.replay[cut].group_id == self.replay[cut - 1].group_id:
+            cut += 1  # a group replayed whole
+        specs, self.replay = self.replay[:cut], self.replay[cut:]
+        while len(specs) < n:
+            specs += make()
         if mode == "train":
             self.in_flight.update((s.game_idx, s) for s in specs)
         return specs
@@ -102,6 +108,19 @@ class League:
         seats, positions = self._seat(env.num_players, anchor, actors, opponents)
         return self._spec(env, seats, positions, "train")
 
+    def _train_group(self) -> list[GameSpec]:
+        first = self._train_spec()
+        size = self.cfg.collection.group_size
+        if size == 1:
+            return [first]
+        branch = self.cfg.collection.branch_turn
+        group = [first.model_copy(update={"group_id": first.game_idx, "branch_turn": branch})]
+        for k in range(1, size):
+            group.append(first.model_copy(update={"game_idx": self.game_idx, "group_id": first.game_idx, "group_index": k,
+                                                  "branch_turn": branch}))
+            self.game_idx += 1
+        return group
+
     def _tournament_spec(self) -> GameSpec:
         env = self._sample_env(self.train_envs or self.cfg.evaluation_envs)
         anchor = self.schedule_rng.choice(self.registry.fixed())
@@ -114,7 +133,7 @@ class League:
         self.game_idx += 1
         data = {
             "game_idx": idx, "seed": index_seed(self.game_seed_key, idx), "env": env, "seats": seats,
-            "train_seats": train_seats, "mode": mode, "eval_step": None,
+            "train_seats": train_seats, "mode": mode, "eval_step": None, "group_id": None, "group_index": 0, "branch_turn": 0,
         }
         if type(env) is not EnvSpec:  # a subclass from a plugin: validated
             return GameSpec.of(data)

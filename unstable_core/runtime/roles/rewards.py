@@ -60,7 +60,8 @@ class RewardPipelines:
         learner cannot train on (``Turn.trainable`` false: its backend gave no token ids)."""
         if result.outcome == "failed" or not result.game.train_seats:
             return []
-        env_id = result.game.env.env_id
+        game = result.game
+        env_id, group_id = game.env.env_id, game.game_idx if game.group_id is None else game.group_id
         final = self.final(dict(result.rewards), env_id)
         episodes = []
         for pid in result.game.train_seats:
@@ -69,8 +70,8 @@ class RewardPipelines:
                 continue
             r = float(final.get(pid, 0.0))
             steps = [
-                self.step(Step(env_id=env_id, game_idx=result.game.game_idx, player_id=pid, turn_index=i,
-                               num_turns=len(turns), turn=t, final_reward=r, reward=r))
+                self.step(Step(env_id=env_id, game_idx=game.game_idx, player_id=pid, turn_index=i, num_turns=len(turns), turn=t,
+                               final_reward=r, reward=r, group_id=group_id, group_index=game.group_index))
                 for i, t in enumerate(turns)
             ]
             if steps:

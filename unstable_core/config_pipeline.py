@@ -1,0 +1,59 @@
+"""Whether the reward pipeline, the buffer, the learner and grouped games fit together, from what
+each component declares on its record (``RewardTransformSpec.needs_groups`` / ``mixes_batch``,
+``BufferSpec.keeps_episodes``, ``LearnerSpec.computes_advantages`` / ``needs_episodes`` /
+``needs_groups``): one line a
+conflict, naming the keys, for ``config check`` and the start of a run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from .config import RunConfig
+
+Resolved = dict[str, tuple[Any, BaseModel]]
+
+
+def _name(resolved: Resolved, key: str) -> str:
+    return f"{key} ({resolved[key][0].name})"
+
+
+def pipeline_problems(cfg: RunConfig, resolved: Resolved, source: str = "<config>") -> list[str]:
+    problems: list[str] = []
+    group_size = cfg.collection.group_size
+    sampling = [f"reward.sampling.{i}" for i in range(len(cfg.reward.sampling)) if f"reward.sampling.{i}" in resolved]
+    buffer = resolved.get("buffer")
+    keeps_episodes = buffer is not None and buffer[0].keeps_episodes
+    if group_size > 1 and cfg.training.learning_steps > 0 and buffer is not None and not keeps_episodes:
+        problems.append(f"{source}: collection.group_size = {group_size}: buffer {buffer[0].name!r} stores single steps and "
+                        "would split the groups: choose one that keeps episodes whole ([buffer] name = \"episode\")")
+    if cfg.collection.branch_turn and group_size < 2:
+        problems.append(f"{source}: collection.branch_turn = {cfg.collection.branch_turn} branches the games of a group: set "
+                        "collection.group_size to 2 or more, or leave branch_turn at 0")
+    mixed: str | None = None
+    for key in sampling:
+        spec = resolved[key][0]
+        if spec.needs_groups and group_size < 2:
+            problems.append(f"{source}: {_name(resolved, key)} compares the games of a group: set collection.group_size "
+                            "to 2 or more (8 is usual)")
+        if spec.needs_groups and mixed is not None:
+            problems.append(f"{source}: {_name(resolved, key)} comes after {_name(resolved, mixed)}, which mixes the "
+                            "rewards of the whole batch: put the group baseline first")
+        if spec.mixes_batch and mixed is None:
+            mixed = key
+    learner = resolved.get("learner")
+    if learner is None:
+        return problems
+    spec = learner[0]
+    if spec.computes_advantages and sampling:
+        names = ", ".join(resolved[k][0].name for k in sampling)
+        problems.append(f"{source}: learner {spec.name!r} computes its own advantages from the step rewards: remove the "
+                        f"[reward] sampling transforms ({names}), which rewrite the rewards it reads")
+    if spec.needs_groups and group_size < 2:
+        problems.append(f"{source}: learner {spec.name!r} compares the games of a group: set collection.group_size to 2 "
+                        "or more (8 is usual)")
+    if spec.needs_episodes and buffer is not None and not keeps_episodes:
+        problems.append(f"{source}: learner {spec.name!r} needs whole episodes in each batch: buffer {buffer[0].name!r} "
+                        "draws single steps; set [buffer] name = \"episode\"")
+    return problems
