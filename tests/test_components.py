@@ -5,6 +5,7 @@ from collections import Counter
 
 import pytest
 
+from unstable_core import hookimpl
 from unstable_core.builtin import buffers, samplers
 from unstable_core.runtime.roles.registry import ModelRegistry
 from unstable_core.runtime.roles.rewards import RewardPipelines
@@ -269,6 +270,28 @@ class TestTabularLearner(LearnerContract):
     @pytest.fixture
     def model(self):
         return ModelRef(uid="base", kind="base", backend="tabular", model="tabular")
+
+
+@pytest.mark.parametrize("reward", [lambda r: -r, lambda r: 1.0], ids=["sign-flipped", "ignores-the-advantage"])
+def test_the_direction_check_fails_a_tabular_learner_that_learns_the_wrong_way(reward, make_plugin_system, tmp_path):
+    from unstable_core.components import LearnerSpec
+    from unstable_core.testing.toy import TabularLearner, TabularOptions
+
+    class Broken(TabularLearner):
+        def update(self, batch):
+            steps = [s.model_copy(update={"reward": reward(s.reward)}) for s in batch.steps]
+            return super().update(batch.model_copy(update={"steps": steps}))
+
+    class BrokenPlugin:
+        @hookimpl
+        def unstable_learners(self):
+            return [LearnerSpec(name="broken", summary="broken on purpose", config=TabularOptions, factory=lambda o, ctx: Broken(o))]
+
+    system = make_plugin_system(toy_plugin, BrokenPlugin())
+    contract = type("Contract", (TestTabularLearner,), {"name": "broken"})()
+    model = ModelRef(uid="base", kind="base", backend="tabular", model="tabular")
+    with pytest.raises(AssertionError, match="does not raise the probability of what is rewarded"):
+        contract.test_learning_goes_the_right_way(system.get("learner", "broken"), system, tmp_path, model)
 
 
 def test_a_learner_declares_its_adapter_and_check_run_reads_it(make_plugin_system):

@@ -11,8 +11,9 @@ adds a float64 finite-difference check of the loss gradient)::
 
 The checks: one ``update`` makes exactly one step of each torch optimizer the learner owns and
 bumps ``version`` by one; its metrics are finite floats; a saved checkpoint loads in the serving
-backend and changes what it serves; a ``Stateful`` learner restored from its state takes the
-same next update as the original.
+backend and changes what it serves; learning goes the right way (a two-armed bandit on the
+model's own completions: the rewarded arm's share must rise); a ``Stateful`` learner restored
+from its state takes the same next update as the original.
 """
 
 from __future__ import annotations
@@ -143,6 +144,107 @@ class LearnerContract(ComponentContract):
             assert outputs(served) != outputs(model), "the checkpoint serves the same outputs as the base model"
         finally:
             backend.close()
+
+    # -- direction: learning must go the right way -------------------------------------------------
+    #: on-policy rounds of the direction check, completions sampled a round, the learner options
+    #: it uses (over ``options``), and the rise it asks of the rewarded answer: its probability
+    #: and its odds against the model's favourite answer must grow by this factor (a backend
+    #: that scores completions: exact), or its share of ``direction_probes`` fresh samples by
+    #: ``direction_min_share_rise`` (any other backend)
+    direction_rounds: int = 6
+    direction_samples: int = 32
+    direction_options: dict[str, Any] = {}
+    direction_min_factor: float = 1.2
+    direction_probes: int = 200
+    direction_min_share_rise: float = 0.15
+    #: the direction batch's steps come in groups of this many (the same prompt: grouped learners)
+    direction_group_size: int = 8
+
+    @pytest.fixture
+    def direction_model(self, model: ModelRef) -> ModelRef:
+        """The model the direction check trains: one whose answers to ``direction_prompt`` fall
+        on a few texts (override where ``model`` answers noise)."""
+        return model
+
+    def direction_prompt(self, model: ModelRef) -> str:
+        """The prompt of the direction check's bandit."""
+        return self.prompt
+
+    def direction_steps(self, completions: list[Any], rewards: list[float], round_: int) -> list[Step]:
+        """The steps of one round of the direction check, from the model's own completions (token
+        ids and logprobs as sampled: ratios are 1 on policy), in groups of ``direction_group_size``
+        (the same prompt). Override for a learner that needs a batch of another shape."""
+        steps = []
+        for i, (c, r) in enumerate(zip(completions, rewards)):
+            turn = Turn(player_id=0, observation=c.text, prompt=c.text, prompt_token_ids=c.prompt_token_ids,
+                        completion=c.text, completion_token_ids=c.completion_token_ids, logprobs=c.logprobs,
+                        policy_version=c.policy_version, action=c.text, format_ok=True)
+            game = round_ * len(completions) + i
+            group = game - i % self.direction_group_size
+            steps.append(Step(env_id="Contract-v0", game_idx=game, player_id=0, turn_index=0, num_turns=1, turn=turn,
+                              final_reward=r, reward=r, group_id=group, group_index=game - group))
+        return steps
+
+    def test_learning_goes_the_right_way(self, spec: Any, system: Any, tmp_path: Path, direction_model: ModelRef) -> None:
+        """A bandit on the model's own answers to one prompt: its second most frequent answer is
+        rewarded 1, any other 0, less the batch's mean (the answers' shared tokens get no push).
+        After ``direction_rounds`` on-policy updates (each on answers sampled from the latest
+        checkpoint) that answer must have become likelier, and likelier against the favourite:
+        a learner with its sign flipped, or one that ignores the rewards (it sharpens towards the
+        favourite or drifts), fails."""
+        from ..runtime.building import build_component
+        from ..runtime.roles.registry import checkpoint_ref
+
+        if self.inference is None:
+            pytest.skip("no serving backend named (set `inference`)")
+        model = direction_model
+        learner = self.build(spec, system, tmp_path, model, **self.direction_options)
+        backend = build_component("inference", self.inference, self.inference_options, plugins=system,
+                                  run_dir=str(tmp_path), model=model)
+        scores = system.get("inference", self.inference).scores_completions
+        prompt = self.direction_prompt(model)
+
+        def sample(ref: ModelRef, seeds: range) -> list[Any]:
+            requests = [GenerationRequest(model=ref, prompt=prompt, observation=prompt, seed=s) for s in seeds]
+            completions = asyncio.run(_gather(backend, requests))
+            assert all(c.completion_token_ids for c in completions), "the backend gave a completion without token ids"
+            return completions
+
+        def measure(ref: ModelRef, texts: list[str]) -> list[float]:
+            if scores:
+                return list(backend.completion_probabilities(GenerationRequest(model=ref, prompt=prompt, observation=prompt), texts))
+            found = [c.text for c in sample(ref, probes)]
+            return [found.count(t) / len(found) for t in texts]
+
+        try:
+            probes = range(10_000, 10_000 + self.direction_probes)
+            ranked = sorted(Counter(c.text for c in sample(model, probes)).items(), key=lambda kv: (-kv[1], kv[0]))
+            assert len(ranked) >= 2, f"the model gives one answer only ({ranked[0][0]!r}): no bandit to learn"
+            favourite, good = ranked[0][0], ranked[1][0]
+            before = measure(model, [good, favourite])
+            ref = model
+            for r in range(self.direction_rounds):
+                completions = sample(ref, range(r * self.direction_samples, (r + 1) * self.direction_samples))
+                hits = [1.0 if c.text == good else 0.0 for c in completions]
+                mean = sum(hits) / len(hits)
+                rewards = [h - mean for h in hits]
+                learner.update(Batch(steps=self.direction_steps(completions, rewards, r), learner_version=learner.version))
+                uid = f"ckpt-{learner.version}"
+                ckpt = learner.save_checkpoint(str(tmp_path / "checkpoints" / uid), uid)
+                backend.load_checkpoint(ckpt)
+                ref = checkpoint_ref(ckpt, model)
+            after = measure(ref, [good, favourite])
+        finally:
+            backend.close()
+        what = (f"the rewarded answer {good!r} (against the favourite {favourite!r}) went from {before[0]:.3f} "
+                f"(favourite {before[1]:.3f}) to {after[0]:.3f} (favourite {after[1]:.3f}) after {self.direction_rounds} "
+                "updates: the learner does not raise the probability of what is rewarded")
+        if scores:
+            factor = self.direction_min_factor
+            assert after[0] >= factor * before[0], what
+            assert after[0] * before[1] >= factor * before[0] * max(after[1], 1e-12), what
+        else:
+            assert after[0] >= before[0] + self.direction_min_share_rise, what
 
     def test_state_round_trip_when_stateful(self, spec: Any, system: Any, tmp_path: Path, model: ModelRef) -> None:  # type: ignore[override]
         """A restored learner takes the same next update (same metrics, same state)."""

@@ -29,6 +29,9 @@ from . import plugin as hf_plugin
 #: no warm start, small corpus: builds in a few seconds on a CPU
 FAST_TINY = "tiny:KuhnPoker-v0-train?sft_steps=0&corpus_games=30&hidden=64&heads=2&kv_heads=1&intermediate=128&vocab_size=512"
 
+#: FAST_TINY with a short warm start on KuhnPoker answers (the direction check's bandit; about 20 s)
+DIRECTION_TINY = FAST_TINY.replace("sft_steps=0", "sft_steps=60")
+
 _LORA = {"rank": 4, "alpha": 8}
 
 
@@ -112,6 +115,10 @@ class LoraLearnerContract(LearnerContract):
     other_plugins = (("unstable_hf.plugin", hf_plugin),)
     inference_options: dict[str, Any] = {"device": "cpu", "max_tokens": 4, "lora": _LORA}
     token_range = (3, 300)  # inside the fast tiny model's 512-token vocabulary
+    #: Adam's first steps move every LoRA weight by about lr whatever its gradient: at 1e-2 the
+    #: warm-started tiny model's answers drift to noise within a few updates (measured), at 5e-3
+    #: a rewarded answer rises steadily (0.27 -> 0.37 in 6 updates with REINFORCE)
+    direction_options: dict[str, Any] = {"lr": 5e-3}
     #: coordinates checked by central differences, their step and tolerance. The model is loaded
     #: in float64, but Qwen3's RMSNorm computes in float32: a step of 1e-3 keeps the rounding
     #: noise below 1e-5 relative (measured; 1e-6 gives 0.7 % noise), the truncation error too.
@@ -123,6 +130,21 @@ class LoraLearnerContract(LearnerContract):
     def model(self, tmp_path_factory: Any) -> ModelRef:
         path = build_fast_tiny(tmp_path_factory.getbasetemp() / "unstable-hf-fast-tiny")
         return ModelRef(uid="base", kind="base", backend="hf", model=path)
+
+    @pytest.fixture
+    def direction_model(self, tmp_path_factory: Any) -> ModelRef:
+        """The fast tiny model warm-started on KuhnPoker answers (``DIRECTION_TINY``): it answers
+        ``\\boxed{[bet]}``, ``\\boxed{[check]}`` and a few others, a bandit a learner can move."""
+        path = build_fast_tiny(tmp_path_factory.getbasetemp() / "unstable-hf-fast-tiny", DIRECTION_TINY)
+        return ModelRef(uid="base", kind="base", backend="hf", model=path)
+
+    def direction_prompt(self, model: ModelRef) -> str:
+        from transformers import AutoTokenizer
+
+        from unstable_core import build_component
+
+        observation = "[GAME] You are Player 0 in Kuhn Poker.\nYour card: K\nAvailable moves: '[check]', '[bet]'"
+        return build_component("template", "qwen3-zs").render(observation, AutoTokenizer.from_pretrained(model.model))
 
     def test_loss_gradient_matches_float64_finite_differences(self, spec: Any, system: Any, tmp_path: Path,
                                                               model: ModelRef) -> None:
@@ -137,8 +159,7 @@ class LoraLearnerContract(LearnerContract):
         batch = self.make_batch(seed=3)
         learner.update(batch)  # LoRA B starts at zero: one step makes every adapter weight matter
         steps = batch.steps
-        with torch.no_grad():
-            learner.prepare(steps)
+        learner.prepare_batch(steps)
         params = learner.trainable()
         for p in params.values():
             p.grad = None
@@ -165,4 +186,4 @@ class LoraLearnerContract(LearnerContract):
                     f"{name}[{i}]: autograd {analytic:.10g}, finite differences {numeric:.10g}")
 
 
-__all__ = ["FAST_TINY", "build_fast_tiny", "self_play_steps", "LoraLearnerContract"]
+__all__ = ["FAST_TINY", "DIRECTION_TINY", "build_fast_tiny", "self_play_steps", "LoraLearnerContract"]
