@@ -1,11 +1,12 @@
-"""Generated reference docs are up to date with the code."""
+"""Generated reference docs are up to date with the code; links between the docs find their sections."""
 
 import importlib.util
 from pathlib import Path
 
 import pytest
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
 
 
 @pytest.mark.parametrize("script,target", [("gen_hooks.py", "hooks.md"), ("gen_config.py", "config.md")])
@@ -29,3 +30,23 @@ def test_every_config_key_documented():
     for section, model in (("collection", CollectionConfig), ("training", TrainingConfig)):
         for name in model.model_fields:
             assert f"`{section}.{name}`" in text
+
+
+def _anchors(text):
+    import re
+
+    headings = re.findall(r"^#+ (.+)$", re.sub(r"```.*?```", "", text, flags=re.S), re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+def test_every_link_to_a_section_of_the_docs_finds_it():
+    import re
+
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    broken = []
+    for page in pages:
+        for target, anchor in re.findall(r"\]\(([\w./-]*\.md|)#([\w-]+)\)", page.read_text()):
+            path = (page.parent / target).resolve() if target else page
+            if not path.exists() or anchor not in _anchors(path.read_text()):
+                broken.append(f"{page.relative_to(ROOT)}: {target or '(itself)'}#{anchor}")
+    assert not broken, "\n".join(broken)

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 
-def describe_error(exc: BaseException) -> str:
-    """``Type: first line of the message`` (at most 300 characters), for one-line reports."""
-    text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+def describe_error(exc: BaseException, limit: int = 300) -> str:
+    """``Type: first line of the message``, for one-line reports: a longer line is cut at the
+    last space before ``limit`` characters (never inside a word) and ends with ``...``."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if len(text) > limit:
+        cut = text.rfind(" ", 0, limit - 3)
+        text = text[: cut if cut > limit // 2 else limit - 3].rstrip() + "..."
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
