@@ -16,6 +16,7 @@ backend, and adds a float64 finite-difference check of the learner's loss gradie
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +110,27 @@ def self_play_steps(tokenizer: Any, env_id: str = "KuhnPoker-v0-train", n: int =
     return steps[:n]
 
 
+@functools.lru_cache(maxsize=2)
+def _causal_lm(path: str) -> Any:
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(path, dtype="float32").eval()
+
+
+def base_logprobs(path: str, pairs: list[tuple[list[int], list[int]]]) -> list[list[float]]:
+    """The logprob of each completion token under the model at ``path`` (temperature 1), for
+    (prompt ids, completion ids) pairs."""
+    import torch
+
+    model, out = _causal_lm(path), []
+    with torch.no_grad():
+        for prompt, completion in pairs:
+            logits = model(torch.tensor([prompt + completion])).logits[0].float()
+            logp = torch.log_softmax(logits[len(prompt) - 1 : -1], dim=-1)
+            out.append(logp.gather(1, torch.tensor(completion)[:, None])[:, 0].tolist())
+    return out
+
+
 class LoraLearnerContract(LearnerContract):
     options: dict[str, Any] = {"device": "cpu", "lr": 1e-2, "lora": _LORA}
     inference = "hf"
@@ -129,7 +151,30 @@ class LoraLearnerContract(LearnerContract):
     @pytest.fixture
     def model(self, tmp_path_factory: Any) -> ModelRef:
         path = build_fast_tiny(tmp_path_factory.getbasetemp() / "unstable-hf-fast-tiny")
+        self.model_path = path
         return ModelRef(uid="base", kind="base", backend="hf", model=path)
+
+    def make_batch(self, seed: int = 0) -> Any:
+        """``make_steps``'s episodes with each completion token's logprob under the model as it
+        is (what a fresh adapter gives, LoRA B being zero): a fresh learner's first update is on
+        policy, its importance ratios 1."""
+        batch = super().make_batch(seed)
+        scored = base_logprobs(self.model_path, [(s.turn.prompt_token_ids, s.turn.completion_token_ids) for s in batch.steps])
+        steps = [s.model_copy(update={"turn": s.turn.model_copy(update={"logprobs": lp})}) for s, lp in zip(batch.steps, scored)]
+        return batch.model_copy(update={"steps": steps})
+
+    def test_the_contract_batch_is_on_policy(self, component: Any) -> None:
+        """The logprobs of ``make_batch`` are the fresh learner's own (to float32 rounding)."""
+        import torch
+
+        from .packing import Sequence, pack
+
+        steps = self.make_batch(seed=5).steps
+        packed = pack([Sequence(s.turn.prompt_token_ids, s.turn.completion_token_ids, []) for s in steps], component.device)
+        with torch.no_grad():
+            mine = component.policy.completion_logprobs(packed).tolist()
+        theirs = [lp for s in steps for lp in s.turn.logprobs]
+        assert mine == pytest.approx(theirs, abs=1e-4)
 
     @pytest.fixture
     def direction_model(self, tmp_path_factory: Any) -> ModelRef:
@@ -186,4 +231,4 @@ class LoraLearnerContract(LearnerContract):
                     f"{name}[{i}]: autograd {analytic:.10g}, finite differences {numeric:.10g}")
 
 
-__all__ = ["FAST_TINY", "DIRECTION_TINY", "build_fast_tiny", "self_play_steps", "LoraLearnerContract"]
+__all__ = ["FAST_TINY", "DIRECTION_TINY", "base_logprobs", "build_fast_tiny", "self_play_steps", "LoraLearnerContract"]
