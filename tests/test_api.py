@@ -151,3 +151,30 @@ def test_a_run_puts_back_the_signal_handlers_it_found(make_plugin_system, tmp_pa
         assert signal.getsignal(signal.SIGTERM) is mine and signal.getsignal(signal.SIGINT) is sigint
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+def _deep(levels):
+    d = {}
+    for _ in range(levels):
+        d = {"a": d}
+    return d
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda tmp: unstable_core.run("examples/tournament.toml", plugins="x", run_dir=tmp / "r"), "plugins must be a PluginSystem"),
+    (lambda tmp: unstable_core.build("examples/tournament.toml", overrides=[1]), "overrides must be 'KEY=VALUE' strings; found 1"),
+    (lambda tmp: unstable_core.build("examples/tournament.toml", overrides="a=b"), "not a string"),
+    (lambda tmp: unstable_core.build(None, run_dir=tmp, resume=True, overrides=[2]), "overrides must be 'KEY=VALUE' strings"),
+    (lambda tmp: unstable_core.validate_config("x"), "a config is a table"),
+    (lambda tmp: unstable_core.load_config(None), "a config path is a string or a path"),
+    (lambda tmp: unstable_core.build_component("buffer", "step", "x"), "options are a table"),
+    (lambda tmp: unstable_core.build_component("buffer", "step", plugins=1), "plugins must be a PluginSystem"),
+    (lambda tmp: unstable_core.build({"name": "t", "train_envs": ["TicTacToe-v0-train"], "x": _deep(5000)}), "nest too deeply"),
+])
+def test_a_bad_argument_to_the_python_api_is_an_unstable_error(tmp_path, call, message):
+    with pytest.raises(unstable_core.UnstableError, match=message):
+        call(tmp_path)
+
+
+def test_no_overrides_may_be_none(tmp_path):
+    assert unstable_core.build("examples/tournament.toml", overrides=None, run_dir=tmp_path / "r") is not None

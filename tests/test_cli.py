@@ -76,3 +76,31 @@ def test_plugin_adds_cli_command(cli, tmp_path):
     assert proc.returncode == 0 and proc.stdout.strip() == "hello world"
     listed = json.loads(cli("plugins", "list", "--json", env={"PYTHONPATH": str(tmp_path)}).stdout)
     assert any(p["name"] == "hello" and "unstable_register_commands" in p["hooks"] for p in listed)
+
+
+def test_files_the_commands_cannot_read_or_write_are_one_line(cli, tmp_path):
+    run = tmp_path / "run"
+    assert cli("run", "examples/tournament.toml", "--run-dir", str(run), "--set", "collection.tournament_games=20").returncode == 0
+    cases = [
+        (["plot", str(run), "--out", "/proc/x.png"], "cannot write /proc/x.png"),
+        (["plot", str(run), "--out", str(tmp_path / "x.nope")], "cannot draw a .nope file; use one of:"),
+        (["config", "check", "a" * 300 + ".toml"], "File name too long"),
+    ]
+    for args, message in cases:
+        out = cli(*args)
+        assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr, (args, out.stderr)
+    assert cli("plot", str(run), "--out", str(tmp_path / "x.svg")).returncode == 0
+
+
+def test_watch_skips_what_is_no_record_and_names_a_metrics_path_it_cannot_read(cli, tmp_path):
+    run = tmp_path / "run"
+    assert cli("run", "examples/tournament.toml", "--run-dir", str(run), "--set", "collection.tournament_games=20").returncode == 0
+    metrics = run / "metrics.jsonl"
+    good = metrics.read_bytes()
+    metrics.write_bytes(good + b'[1, 2]\n\x00\xff\n{"type": "summary", "time": "x"}\n')
+    out = cli("watch", str(run), "--once")
+    assert out.returncode == 0 and "Traceback" not in out.stderr and "completed" in out.stdout, out.stderr
+    metrics.unlink()
+    metrics.mkdir()
+    out = cli("watch", str(run), "--once")
+    assert out.returncode == 2 and "metrics.jsonl: Is a directory" in out.stderr and "Traceback" not in out.stderr

@@ -37,7 +37,8 @@ def _local_handles(plan, system):
 
 def test_an_executor_whose_handles_break_the_contract_fails_the_run_naming_it(make_plugin_system, tmp_path):
     """The driver checks what ``start()`` returns against the role protocols before any game:
-    garbage, a handle that lacks a method, a plain function where a coroutine is awaited."""
+    garbage, a handle that lacks a method, a plain function where a coroutine is awaited; and a
+    ``start()`` that raises is named too."""
     import dataclasses
 
     import pytest
@@ -56,7 +57,11 @@ def test_an_executor_whose_handles_break_the_contract_fails_the_run_naming_it(ma
         def size(self):
             return 0
 
+    def raising(plan, system):
+        raise RuntimeError("no cluster here")
+
     cases = {
+        "start() raised RuntimeError: no cluster here": raising,
         "returned dict; expected RoleHandles": lambda plan, system: {},
         "league: _Handles has no add_checkpoint()": lambda plan, system: dataclasses.replace(
             _local_handles(plan, system), league=_Handles()),

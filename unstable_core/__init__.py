@@ -51,6 +51,7 @@ _LAZY = {
     # running: the Python API (an executor's names are in unstable_core.executors)
     **{n: "api" for n in ("run", "build", "Run")},
     "RunResult": "result",
+    "save_figure": "plotting",
     **{n: "groups" for n in ("group_advantages", "group_keys")},
     "build_component": "runtime.building",
     **{n: "runtime.roles.registry" for n in ("ModelRegistry", "ModelEntry", "checkpoint_ref")},

@@ -81,6 +81,10 @@ class Run:
             for signum in (signal.SIGINT, signal.SIGTERM):
                 previous[signum] = signal.signal(signum, self._signal_received)
         try:
+            from . import interrupts
+
+            if interrupts.pending is not None:  # a stop signal came before these handlers (and was swallowed)
+                raise RunInterrupted(interrupts.pending)
             return await self.run_async()
         except asyncio.CancelledError:
             if self._signal is not None:
@@ -125,10 +129,9 @@ def build(config: ConfigSource | None, *, run_dir: str | os.PathLike[str] | None
         if config is None:
             raise ConfigError("a config is needed (None only with resume=True)")
         cfg, source = load_run_config(config, overrides)
-    if plugins is None:
-        from .plugins import get_plugin_system
+    from .plugins import checked_plugins
 
-        plugins = get_plugin_system()
+    plugins = checked_plugins(plugins)
     directory = str(run_dir) if run_dir is not None else (cfg.run_dir or default_run_dir(cfg.name))
     return Run(make_plan(cfg, plugins, directory, source), plugins, resume=resume)
 

@@ -13,7 +13,8 @@ import click
 
 from . import __version__
 from .cli_catalog import components, envs, plugin_system, plugins, print_json, rich_console
-from .errors import UnstableError
+from .errors import UnstableError, describe_error
+from .interrupts import EarlyInterrupt, install_early_handlers
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -189,7 +190,17 @@ def _register_plugin_commands() -> None:
             system.fail(impl.plugin_name, exc, "hook unstable_register_commands raised")
 
 
+def describe_os_error(exc: OSError) -> str:
+    """``PATH: reason`` (a path longer than 120 characters shortened in the middle)."""
+    name = "" if exc.filename is None else str(exc.filename)
+    if len(name) > 120:
+        name = f"{name[:60]}...{name[-57:]}"
+    reason = exc.strerror or describe_error(exc)
+    return f"{name}: {reason}" if name else reason
+
+
 def main(argv: list[str] | None = None) -> None:
+    install_early_handlers()  # the console script did it already (entry.py); this is for main() called otherwise
     try:
         _register_plugin_commands()
         cli.main(args=argv, prog_name="unstable", standalone_mode=False)
@@ -201,6 +212,12 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code if exc.exit_code else 2)
     except UnstableError as exc:
         click.echo(f"error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except OSError as exc:  # a path the command cannot read or write (missing, unwritable, too long)
+        click.echo(f"error: {describe_os_error(exc)}", err=True)
+        sys.exit(2)
+    except EarlyInterrupt as exc:
+        click.echo(str(exc), err=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)

@@ -263,6 +263,9 @@ class RunConfig(Section):
 
 
 def validate_config(data: Mapping[str, Any], source: str = "<config>") -> RunConfig:
+    """A RunConfig from a config dict (the plugins' options are checked by ``config check``)."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{source}: a config is a table (a dict), not {type(data).__name__}")
     if nesting_depth(dict(data)) > MAX_NESTING:
         raise ConfigError(f"{source}: tables or lists nest too deeply (at most {MAX_NESTING} levels)")
     try:
@@ -276,5 +279,7 @@ def validate_config(data: Mapping[str, Any], source: str = "<config>") -> RunCon
 def load_config(path: str | os.PathLike[str], overrides: Iterable[str] = ()) -> RunConfig:
     """Read a TOML run config, apply ``--set`` overrides and validate it (not the plugin options:
     see ``resolve_components``)."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise ConfigError(f"a config path is a string or a path, not {type(path).__name__}")
     data = apply_overrides(read_toml(path), overrides)
     return validate_config(data, str(path))

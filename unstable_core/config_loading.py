@@ -90,8 +90,24 @@ def parse_value(text: str) -> Any:
         return text
 
 
-def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
+def override_list(overrides: Iterable[str] | None) -> list[str]:
+    """``overrides`` as a list of strings (None: none); anything else is a ConfigError."""
+    if overrides is None:
+        return []
+    if isinstance(overrides, (str, bytes)) or not isinstance(overrides, Iterable):
+        raise ConfigError(f"overrides must be a list of 'KEY=VALUE' strings, not {_type_name(overrides)}")
+    items = list(overrides)
+    for item in items:
+        if not isinstance(item, str):
+            raise ConfigError(f"overrides must be 'KEY=VALUE' strings; found {item!r} ({_type_name(item)})")
+    return items
+
+
+def apply_overrides(data: dict[str, Any], overrides: Iterable[str] | None) -> dict[str, Any]:
     """Apply ``a.b=c`` overrides to a config dict (integers index lists: ``train_envs.0.env_id``)."""
+    overrides = override_list(overrides)
+    if nesting_depth(data) > MAX_NESTING:
+        raise ConfigError(f"the config's tables or lists nest too deeply (at most {MAX_NESTING} levels)")
     data = copy.deepcopy(data)
     for item in overrides:
         if "=" not in item:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import RunConfig, load_config, validate_config
-from .config_loading import apply_overrides
+from .config_loading import apply_overrides, override_list
 from .errors import ConfigError
 
 ConfigSource = str | os.PathLike[str] | Mapping[str, Any] | RunConfig
@@ -20,7 +20,7 @@ RESUME_OVERRIDES = ("training.learning_steps",)
 
 def load_run_config(config: ConfigSource, overrides: Iterable[str] = ()) -> tuple[RunConfig, str]:
     """(validated config, where it came from) from a path, a dict or a RunConfig."""
-    overrides = list(overrides)
+    overrides = override_list(overrides)
     if isinstance(config, RunConfig):
         if not overrides:
             return config, "<RunConfig>"
@@ -37,7 +37,7 @@ def resumed_config(config: ConfigSource | None, run_dir: str | os.PathLike[str] 
     """The config saved in ``run_dir/config.json``, with the allowed overrides."""
     if run_dir is None:
         raise ConfigError("resume needs the run directory to go on from")
-    overrides = list(overrides)
+    overrides = override_list(overrides)
     for item in overrides:
         if item.split("=", 1)[0].strip() not in RESUME_OVERRIDES:
             raise ConfigError(f"--set {item}: when resuming only {', '.join(RESUME_OVERRIDES)} may change")

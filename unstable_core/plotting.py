@@ -9,6 +9,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .errors import UnstableError
 
@@ -116,6 +117,23 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path | None = None, ceiling
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     path = Path(out) if out else (Path(run_dirs[0]) / "curve.png" if len(run_dirs) == 1 else Path("curve.png"))
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path)
     return path
+
+
+def save_figure(fig: Any, path: str | Path) -> None:
+    """Write a matplotlib figure to ``path`` (its format from the extension) and close it; an
+    unknown extension or a path that cannot be written is one UnstableError naming it."""
+    import matplotlib.pyplot as plt
+
+    try:
+        suffix = Path(path).suffix.lstrip(".").lower()
+        formats = fig.canvas.get_supported_filetypes()
+        if suffix not in formats:
+            raise UnstableError(f"{path}: cannot draw a .{suffix or '(no extension)'} file; use one of: {', '.join(sorted(formats))}")
+        try:
+            fig.savefig(path, dpi=100)
+        except OSError as exc:
+            raise UnstableError(f"cannot write {path}: {exc.strerror or exc}") from None
+    finally:
+        plt.close(fig)

@@ -29,7 +29,7 @@ import pluggy
 
 from . import __version__, hookspecs
 from .components import KINDS, ComponentSpec
-from .errors import PluginError, UnknownComponentError, describe_error
+from .errors import ConfigError, PluginError, UnknownComponentError, describe_error
 
 GROUP = "unstable"
 S = TypeVar("S", bound=ComponentSpec)
@@ -404,6 +404,15 @@ class _ModuleByName:
 
 
 _CACHED: PluginSystem | None = None
+
+
+def checked_plugins(plugins: Any) -> PluginSystem:
+    """``plugins`` as given to the Python API: a PluginSystem, or None for the process's."""
+    if plugins is None:
+        return get_plugin_system()
+    if not isinstance(plugins, PluginSystem):
+        raise ConfigError(f"plugins must be a PluginSystem (from unstable_core.load_plugins) or None, not {type(plugins).__name__}")
+    return plugins
 
 
 def get_plugin_system() -> PluginSystem:

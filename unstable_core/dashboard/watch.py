@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from ..errors import UnstableError
 from .present import Presenter
@@ -47,10 +48,21 @@ class MetricsFollower:
         for line in lines:
             if line.strip():
                 try:
-                    records.append(json.loads(line))
-                except json.JSONDecodeError:
-                    continue  # a line cut by a crash: the rest of the log is still worth showing
+                    record = json.loads(line)
+                except ValueError:
+                    continue  # a line cut by a crash, or not text: the rest of the log is still worth showing
+                if isinstance(record, dict):  # anything else is no record
+                    records.append(record)
         return records, restarted
+
+
+def fold(add: Callable[[dict[str, Any]], None], record: dict[str, Any]) -> None:
+    """Fold one record read from a file another process (or a person) wrote: a record whose
+    fields have the wrong types (a ``time`` that is no number) is skipped, not fatal."""
+    try:
+        add(record)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        pass
 
 
 def check_logs_metrics(directory: Path) -> None:
@@ -85,7 +97,7 @@ def watch(run_dir: str, *, refresh_s: float = 1.0, once: bool = False, live: boo
 
         state = DashboardState()
         for record in follower.read()[0]:
-            state.add(record)
+            fold(state.add, record)
         console = Console(file=file)
         console.print(render(state, console.width))
         return state.status
@@ -96,7 +108,7 @@ def watch(run_dir: str, *, refresh_s: float = 1.0, once: bool = False, live: boo
             if restarted:
                 presenter.state = DashboardState()
             for record in records:
-                presenter.add(record)
+                fold(presenter.add, record)
             presenter.refresh(force=True)
             if presenter.state.status in ENDED:
                 break

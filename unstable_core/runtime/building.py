@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from .. import hookspecs
 from ..components import KINDS, BuildContext
 from ..config_check import validate_options
-from ..errors import ComponentError, PluginError, UnstableError, describe_error
+from ..errors import ComponentError, ConfigError, PluginError, UnstableError, describe_error
 from ..types import ModelRef
 from .plan import RunPlan
 from .seeds import derive_seed
@@ -63,10 +63,11 @@ def build_component(
 
     ``options`` are validated by the component's own model (a ConfigError names the bad key);
     ``plugins`` is a ``PluginSystem`` (default: the process's, every installed plugin)."""
-    if plugins is None:
-        from ..plugins import get_plugin_system
+    from ..plugins import checked_plugins
 
-        plugins = get_plugin_system()
+    plugins = checked_plugins(plugins)
+    if options is not None and not isinstance(options, Mapping):
+        raise ConfigError(f"{kind}:{name}: options are a table (a dict), not {type(options).__name__}")
     spec = plugins.get(kind, name)
     opts = validate_options(spec, options or {}, f"{kind}:{name}", "")
 

@@ -244,6 +244,9 @@ def test_models_init_tiny_cli(tmp_path):
     bad = subprocess.run([sys.executable, "-c", "from unstable_core.cli import main; main()", "models", "init-tiny", str(out), "--spec", "tiny?x=1"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "unknown key" in bad.stderr and "Traceback" not in bad.stderr
+    unwritable = subprocess.run([sys.executable, "-c", "from unstable_core.cli import main; main()", "models", "init-tiny",
+                                 "/proc/tiny-here"], capture_output=True, text=True)
+    assert unwritable.returncode == 2 and "/proc/tiny-here" in unwritable.stderr and "Traceback" not in unwritable.stderr
 
 
 def test_tiny_shorthand_resolves_to_cached_build(tmp_path):

@@ -161,6 +161,18 @@ def test_tournament_ranks_greedy_above_random(tmp_path):
     missing = subprocess.run([sys.executable, "-c", "from unstable_core.cli import main; main()", "ratings", str(tmp_path / "nope")],
                              capture_output=True, text=True)
     assert missing.returncode == 2 and "registry.json" in missing.stderr
+    unwritable = subprocess.run([sys.executable, "-c", "from unstable_core.cli import main; main()", "ratings", str(run_dir),
+                                 "--heatmap", "/proc/h.png"], capture_output=True, text=True)
+    assert unwritable.returncode == 2 and "cannot write /proc/h.png" in unwritable.stderr and "Traceback" not in unwritable.stderr
+    registry = run_dir / "registry.json"
+    for bad, message in (('{"models": 3}', "'models' must be a list"), ("[1]", "a JSON list, not an object"),
+                         ('{"models": [{"uid": "a", "rating": {"mu": "x"}}]}', "model 'a': 'rating' must be an object with numbers"),
+                         ('{"models": [], "pairs": [{"a": "x"}]}', "'pairs' must be a list of objects with an integer 'games'")):
+        registry.write_text(bad)
+        broken = subprocess.run([sys.executable, "-c", "from unstable_core.cli import main; main()", "ratings", str(run_dir),
+                                 "--heatmap", str(tmp_path / "h2.png")], capture_output=True, text=True)
+        assert broken.returncode == 2 and "not a registry snapshot" in broken.stderr and message in broken.stderr, broken.stderr
+        assert "Traceback" not in broken.stderr
 
 
 def test_rater_state_holds_what_the_registry_does_not():

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from unstable_core import UnstableError
+from unstable_core import UnstableError, save_figure
 
 from .plugin import DEFAULT_MU, DEFAULT_SIGMA
 
@@ -16,9 +16,32 @@ def load_snapshot(run_dir: str) -> dict[str, Any]:
     if not path.is_file():
         raise UnstableError(f"{run_dir}: no registry.json (is this a run directory?)")
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
+        snapshot = json.loads(path.read_text())
+    except ValueError as exc:
         raise UnstableError(f"{path}: not valid JSON: {exc}") from None
+    problem = malformed(snapshot)
+    if problem:
+        raise UnstableError(f"{path}: not a registry snapshot ({problem})")
+    return snapshot
+
+
+def malformed(snapshot: Any) -> str | None:
+    """What is wrong with a registry snapshot's shape, or None."""
+    if not isinstance(snapshot, dict):
+        return f"a JSON {type(snapshot).__name__}, not an object"
+    models, pairs = snapshot.get("models", []), snapshot.get("pairs", [])
+    if not isinstance(models, list) or not all(isinstance(m, dict) and isinstance(m.get("uid"), str) for m in models):
+        return "'models' must be a list of objects with a string 'uid'"
+    number = (int, float)
+    for m in models:
+        rating = m.get("rating", {})
+        if not isinstance(rating, dict) or not all(isinstance(rating.get(k, 0.0), number) for k in ("mu", "sigma")):
+            return f"model {m['uid']!r}: 'rating' must be an object with numbers 'mu' and 'sigma'"
+        if not all(isinstance(m.get(k, 0), int) for k in ("games", "wins", "draws", "losses")):
+            return f"model {m['uid']!r}: 'games', 'wins', 'draws' and 'losses' must be integers"
+    if not isinstance(pairs, list) or not all(isinstance(p, dict) and isinstance(p.get("games"), int) for p in pairs):
+        return "'pairs' must be a list of objects with an integer 'games'"
+    return None
 
 
 def leaderboard(snapshot: dict[str, Any]) -> list[dict[str, Any]]:
@@ -75,5 +98,4 @@ def draw_heatmap(snapshot: dict[str, Any], path: str) -> None:
     fig.colorbar(im, ax=ax, label="games")
     ax.set_title("matches played")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path)

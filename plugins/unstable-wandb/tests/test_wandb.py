@@ -153,7 +153,8 @@ def test_exact_policy_metrics_are_logged_per_env_and_model(tmp_path):
     the model's figure on the env, logged once whatever the opponent row carried it."""
     from unstable_core import EvalRecord, build_component, get_plugin_system
 
-    tracker = build_component("tracker", "wandb", wandb_config(), plugins=get_plugin_system(), run_dir=str(tmp_path))
+    options = {k: v for k, v in wandb_config().items() if k != "name"}  # `name` picks the tracker in a config
+    tracker = build_component("tracker", "wandb", options, plugins=get_plugin_system(), run_dir=str(tmp_path))
     for opponent in ("random-valid", "cfr"):
         tracker.log(EvalRecord(step=0, time=0.0, env_id="openspiel/kuhn_poker", model="tiny", opponent=opponent, games=10,
                                win_rate=0.5, draw_rate=0.0, loss_rate=0.5, invalid_rate=0.0, format_rate=1.0,
@@ -162,3 +163,24 @@ def test_exact_policy_metrics_are_logged_per_env_and_model(tmp_path):
     (run,) = read_offline_runs(tmp_path)
     assert [v for _, v in run.series("policy/openspiel_kuhn_poker/tiny/exploitability")] == [0.48, 0.48]
     assert [v for _, v in run.series("policy/openspiel_kuhn_poker/tiny/nash_conv")] == [0.96, 0.96]
+
+
+def test_its_files_stay_in_the_run_directory_and_the_display_name_is_an_option(make_plugin_system, tmp_path):
+    system = make_plugin_system(toy_plugin, WANDB)
+    for bad in ("/tmp/elsewhere", "../out", "a/../../b"):
+        with pytest.raises(unstable_core.ConfigError, match="not a folder inside the run directory"):
+            unstable_core.build(toy_config(trackers=[wandb_config(dir=bad)]), run_dir=tmp_path / "r", plugins=system)
+    run_dir = tmp_path / "run"
+    cfg = toy_config(trackers=[wandb_config(dir="tracking/wandb-files", run_name="seed zero")], training={"learning_steps": 2})
+    assert unstable_core.run(cfg, run_dir=run_dir, plugins=system).status == "completed"
+    (run,) = read_offline_runs(run_dir / "tracking" / "wandb-files")
+    assert run.display_name == "seed zero" and run.exit_code == 0
+    assert not (run_dir / "wandb").exists()
+    (default,) = read_offline_runs(_default_run(system, tmp_path))
+    assert default.display_name == "toy/default"
+
+
+def _default_run(system, tmp_path):
+    run_dir = tmp_path / "default"
+    unstable_core.run(toy_config(trackers=[wandb_config()], training={"learning_steps": 1}), run_dir=run_dir, plugins=system)
+    return run_dir

@@ -28,6 +28,7 @@ class OfflineRun:
     path: Path
     run_id: str = ""
     project: str = ""
+    display_name: str = ""
     config: dict[str, Any] = field(default_factory=dict)
     history: list[dict[str, Any]] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
@@ -83,7 +84,7 @@ def read_offline_run(path: str | Path) -> OfflineRun:
         if kind == "history":
             run.history.append({_key(i): json.loads(i.value_json) for i in rec.history.item})
         elif kind == "run":
-            run.run_id, run.project = rec.run.run_id, rec.run.project
+            run.run_id, run.project, run.display_name = rec.run.run_id, rec.run.project, rec.run.display_name
             run.config.update({_key(i): json.loads(i.value_json) for i in rec.run.config.update})
         elif kind == "config":
             run.config.update({_key(i): json.loads(i.value_json) for i in rec.config.update})

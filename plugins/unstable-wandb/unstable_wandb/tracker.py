@@ -56,10 +56,13 @@ class WandbTracker:
         self.training = ctx.config.get("learner") is not None
         run_dir = Path(ctx.run_dir) if ctx.run_dir else None
         run_id, resumed = self._run_id(run_dir)
-        name = options.name or (f"{ctx.config.get('name', 'unstable')}/{run_dir.name}" if run_dir else None)
+        name = options.run_name or (f"{ctx.config.get('name', 'unstable')}/{run_dir.name}" if run_dir else None)
+        folder = run_dir if run_dir is None or options.dir is None else run_dir / options.dir
+        if folder is not None:
+            folder.mkdir(parents=True, exist_ok=True)
         self.run = wandb.init(
             project=options.project, entity=options.entity, group=options.group, tags=options.tags or None, name=name,
-            notes=options.notes, mode=options.mode, dir=options.dir or (str(run_dir) if run_dir else None), id=run_id,
+            notes=options.notes, mode=options.mode, dir=str(folder) if folder is not None else None, id=run_id,
             resume="allow" if resumed else None, config=dict(ctx.config),
             settings=wandb.Settings(console="off", quiet=not verbose(), init_timeout=options.init_timeout_s),
         )

@@ -7,7 +7,7 @@ import asyncio
 import concurrent.futures
 import threading
 
-from ...errors import PluginError
+from ...errors import PluginError, UnstableError, describe_error
 from ...executors import RoleHandles
 from ...plugins import PluginSystem
 from ...protocols import Executor
@@ -59,6 +59,10 @@ async def start_roles(executor: Executor, plan: RunPlan, label: str = "executor"
         if not built.cancel() and built.exception() is None:
             executor.shutdown()
         raise
+    except UnstableError:
+        raise
+    except Exception as exc:  # an executor's own failure: named, not a traceback
+        raise PluginError(f"{label}: start() raised {describe_error(exc)}") from exc
     if not isinstance(roles, RoleHandles):
         raise PluginError(f"{label}: start() returned {type(roles).__name__}; expected RoleHandles")
     problems = roles.problems()
