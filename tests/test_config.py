@@ -242,3 +242,39 @@ def test_every_example_config_passes_the_check(example, tmp_path):
         unstable_core.build(EXAMPLES / example, run_dir=tmp_path / "run")
     except UnknownComponentError as exc:
         pytest.skip(f"a plugin it needs is not installed: {exc}")
+
+
+def test_thousands_of_problems_are_twenty_lines_and_a_count(cli, tmp_path):
+    opponents = ", ".join(f'"nope-{i}"' for i in range(3000))
+    path = tmp_path / "many.toml"
+    path.write_text(f'train_envs = ["TicTacToe-v0-train"]\nopponents = [{opponents}]\n')
+    out = cli("config", "check", str(path))
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 21 and lines[-1] == "... and 2980 more problems", lines[-3:]
+    assert "opponents.0: unknown scripted agent 'nope-0'" in lines[0]
+    path.write_text('train_envs = ["TicTacToe-v0-train"]\nopponents = [' + ", ".join(["1"] * 500) + "]\n")
+    out = cli("config", "check", str(path))
+    assert out.returncode == 2 and out.stderr.strip().splitlines()[-1] == "... and 480 more problems"
+
+
+def test_a_component_whose_options_json_schema_cannot_express_leaves_the_schema_whole(make_plugin_system):
+    from collections.abc import Callable
+
+    from pydantic import Field
+
+    from unstable_core import Options, RaterSpec, hookimpl
+    from unstable_core.config_schema import config_json_schema
+
+    class CallableOptions(Options):
+        score: Callable[[float], float] = Field(default=abs, description="How a result becomes a score.")
+
+    class CallableRater:
+        @hookimpl
+        def unstable_raters(self):
+            return [RaterSpec(name="callable-rater", summary="Options with a Callable", config=CallableOptions,
+                              factory=lambda o, ctx: None)]
+
+    schema = config_json_schema(make_plugin_system(CallableRater()))
+    variants = {v["title"]: v for v in schema["properties"]["rater"]["oneOf"]}
+    assert "cannot be written as JSON Schema" in variants["rater:callable-rater"]["description"]
+    assert "rater:wins" in variants and schema["properties"]["buffer"]["oneOf"]  # the rest as before

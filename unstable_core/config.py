@@ -19,6 +19,7 @@ in ``config_check``, the JSON Schema in ``config_schema``.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
@@ -223,8 +224,7 @@ class RunConfig(Section):
             raise ValueError("a learner needs a [model] section (the model being trained)")
         if self.learner is None and not self.opponents:
             raise ValueError("without a learner, [[opponents]] must list the agents of the tournament")
-        uids = [o.uid for o in self.opponents]
-        dup = {u for u in uids if uids.count(u) > 1}
+        dup = {u for u, n in Counter(o.uid for o in self.opponents).items() if n > 1}
         if dup:
             raise ValueError(f"opponent uid(s) listed twice: {', '.join(sorted(dup))}")
         return self
@@ -273,7 +273,9 @@ def validate_config(data: Mapping[str, Any], source: str = "<config>") -> RunCon
         # true no integer); a plain string still names an env or an opponent (the validators)
         return RunConfig.model_validate(dict(data), strict=True)
     except ValidationError as exc:
-        raise ConfigError(format_validation_error(exc, source, model=RunConfig)) from None
+        from .config_check import summarize
+
+        raise ConfigError(summarize(format_validation_error(exc, source, model=RunConfig).splitlines())) from None
 
 
 def load_config(path: str | os.PathLike[str], overrides: Iterable[str] = ()) -> RunConfig:

@@ -104,8 +104,19 @@ def resolve_components(cfg: RunConfig, system: PluginSystem, source: str = "<con
         except (UnknownComponentError, ConfigError) as exc:
             problems.append(str(exc) if isinstance(exc, ConfigError) else f"{source}: backends.{name}: {exc}")
     if problems:
-        raise ConfigError("\n".join(dict.fromkeys(problems)))
+        raise ConfigError(summarize(list(dict.fromkeys(problems))))
     return resolved
+
+
+#: problems a config check lists before it says how many more there are
+MAX_PROBLEMS_SHOWN = 20
+
+
+def summarize(problems: list[str], limit: int = MAX_PROBLEMS_SHOWN) -> str:
+    """The problems, one a line; past ``limit``, the first ``limit`` and "... and N more"."""
+    if len(problems) <= limit:
+        return "\n".join(problems)
+    return "\n".join([*problems[:limit], f"... and {len(problems) - limit} more problems"])
 
 
 def _where_named(cfg: RunConfig, key: str) -> str:
@@ -194,5 +205,5 @@ def check_run(cfg: RunConfig, system: PluginSystem, source: str = "<config>") ->
         if CHECKPOINT_UID.fullmatch(ref.uid):
             problems.append(f"{source}: {key}.uid {ref.uid!r} is the name the learner's checkpoints take (ckpt-N): choose another")
     if problems:
-        raise ConfigError("\n".join(problems))
+        raise ConfigError(summarize(problems))
     return resolved

@@ -6,19 +6,26 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .config import SINGLE_SECTIONS, RunConfig
+from .errors import describe_error
 
 if TYPE_CHECKING:  # pragma: no cover
     from .plugins import PluginSystem
 
 
 def _choice_schema(system: PluginSystem, kind: str, stage: str | None = None) -> dict[str, Any]:
-    variants = []
+    variants: list[dict[str, Any]] = []
     defs: dict[str, Any] = {}
     for name in system.names(kind):
         spec = system.get(kind, name)
         if stage is not None and getattr(spec, "stage", None) != stage:
             continue
-        sch = spec.config.model_json_schema()
+        try:
+            sch = spec.config.model_json_schema()
+        except Exception as exc:  # a field JSON Schema cannot express (a Callable): the others are still described
+            variants.append({"type": "object", "title": f"{kind}:{name}", "required": ["name"],
+                             "properties": {"name": {"const": name, "description": spec.summary}},
+                             "description": f"its options cannot be written as JSON Schema ({describe_error(exc)})"})
+            continue
         defs.update(sch.pop("$defs", {}))
         props = {"name": {"const": name, "description": spec.summary}, **sch.get("properties", {})}
         variants.append(

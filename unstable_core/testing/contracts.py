@@ -127,6 +127,14 @@ class ComponentContract:
             assert field.description, f"option {fname!r} of {self.kind}:{self.name} has no description"
         spec.config.model_validate(dict(self.options))
 
+    def test_options_have_a_json_schema(self, spec: Any) -> None:
+        """``unstable config schema`` describes every component's options: a field JSON Schema
+        cannot express (a Callable, an arbitrary class) leaves the component undescribed."""
+        try:
+            spec.config.model_json_schema()
+        except Exception as exc:
+            pytest.fail(f"{self.kind}:{self.name}: its options model has no JSON Schema: {exc}")
+
     def test_unknown_option_is_rejected(self, spec: Any) -> None:
         from ..config_check import validate_options
         from ..errors import ConfigError
