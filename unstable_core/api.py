@@ -81,10 +81,6 @@ class Run:
             for signum in (signal.SIGINT, signal.SIGTERM):
                 previous[signum] = signal.signal(signum, self._signal_received)
         try:
-            from . import interrupts
-
-            if interrupts.pending is not None:  # a stop signal came before these handlers (and was swallowed)
-                raise RunInterrupted(interrupts.pending)
             return await self.run_async()
         except asyncio.CancelledError:
             if self._signal is not None:

@@ -14,7 +14,7 @@ import click
 from . import __version__
 from .cli_catalog import components, envs, plugin_system, plugins, print_json, rich_console
 from .errors import UnstableError, describe_error
-from .interrupts import EarlyInterrupt, install_early_handlers
+from .interrupts import install_early_handlers, restore
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -200,7 +200,7 @@ def describe_os_error(exc: OSError) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    install_early_handlers()  # the console script did it already (entry.py); this is for main() called otherwise
+    previous = install_early_handlers()  # the console script did it already (entry.py); this is for main() called otherwise
     try:
         _register_plugin_commands()
         cli.main(args=argv, prog_name="unstable", standalone_mode=False)
@@ -216,12 +216,11 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as exc:  # a path the command cannot read or write (missing, unwritable, too long)
         click.echo(f"error: {describe_os_error(exc)}", err=True)
         sys.exit(2)
-    except EarlyInterrupt as exc:
-        click.echo(str(exc), err=True)
-        sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         sys.exit(130)
+    finally:
+        restore(previous)
 
 
 if __name__ == "__main__":  # pragma: no cover
