@@ -165,8 +165,12 @@ def plot(run_dirs: tuple[str, ...], out: str | None, ceiling: float | None, refe
 def watch(run_dir: str, refresh_s: float, once: bool, plain: bool) -> None:
     """Follow a run in progress elsewhere (another terminal, a cluster's driver) from its run
     directory: the console tracker's dashboard, refreshed until the run ends."""
+    import signal
+
     from .dashboard.watch import watch as follow
 
+    # Ctrl-C is how one leaves it: a KeyboardInterrupt, so that the live display puts the terminal back
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     status = follow(run_dir, refresh_s=refresh_s, once=once, live=False if plain else None)
     if status == "failed":
         sys.exit(1)
