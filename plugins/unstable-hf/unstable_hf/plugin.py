@@ -64,6 +64,9 @@ def unstable_register_commands(cli: Any) -> None:
             parsed = TinySpec.parse(spec)
         except ValueError as exc:
             raise UnstableError(str(exc)) from None
+        from pathlib import Path
+
+        Path(path).mkdir(parents=True, exist_ok=True)  # a folder that cannot be made fails here, before the build
         out = build_tiny(parsed, path, log=lambda m: click.echo(m, err=True))
         click.echo(f"tiny model written to {out}")
 
