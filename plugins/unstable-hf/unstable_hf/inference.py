@@ -174,9 +174,12 @@ class HFInference:
                     pad_token_id=tok.pad_token_id,
                     eos_token_id=tok.eos_token_id,
                 )
-            new = out.sequences[:, width:].cpu()
-            logits = torch.stack(out.logits, dim=1).float().cpu()  # [B, T, V] raw logits
-            logp = torch.log_softmax(logits / self.options.temperature, dim=-1)
+            chosen = out.sequences[:, width:]
+            logp = torch.stack([  # [B, T]: each generated token's logprob, computed on the model's device
+                torch.log_softmax(step.float() / self.options.temperature, dim=-1).gather(-1, chosen[:, t : t + 1])[:, 0]
+                for t, step in enumerate(out.logits)
+            ], dim=1).cpu()
+            new = chosen.cpu()
             results = []
             for i, r in enumerate(requests):
                 toks: list[int] = []
@@ -184,7 +187,7 @@ class HFInference:
                 for t in range(new.shape[1]):
                     tid = int(new[i, t])
                     toks.append(tid)
-                    lps.append(float(logp[i, t, tid]))
+                    lps.append(float(logp[i, t]))
                     if tid == tok.eos_token_id:
                         break
                 self.generated_tokens += len(toks)

@@ -29,11 +29,15 @@ class PerRequestSampler:
     """A ``LogitsProcessor``: row ``i`` samples from ``Generator(seeds[i])``."""
 
     def __init__(self, seeds: list[int], temperature: float, top_p: float) -> None:
-        self.generators = [torch.Generator().manual_seed(int(s)) for s in seeds]
+        self.seeds = [int(s) for s in seeds]
+        self.generators: list[torch.Generator] = []
         self.temperature, self.top_p = temperature, top_p
 
     def __call__(self, input_ids: Any, scores: torch.Tensor) -> torch.Tensor:
-        probs = nucleus(torch.softmax(scores.float().cpu() / self.temperature, dim=-1), self.top_p)
+        # draws on the scores' device: copying a 150k-token vocabulary to the CPU at every
+        # generated token made GPU generation CPU-bound
+        if not self.generators:
+            self.generators = [torch.Generator(device=scores.device).manual_seed(s) for s in self.seeds]
+        probs = nucleus(torch.softmax(scores.float() / self.temperature, dim=-1), self.top_p)
         chosen = torch.stack([torch.multinomial(row, 1, generator=g) for row, g in zip(probs, self.generators)])
-        only = torch.full_like(scores, float("-inf"))
-        return only.scatter(-1, chosen.to(scores.device), 0.0)
+        return torch.full_like(scores, float("-inf")).scatter(-1, chosen, 0.0)
