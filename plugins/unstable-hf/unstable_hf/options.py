@@ -65,6 +65,11 @@ class LearnerOptions(ModelLoadOptions):
         description="Divide each sequence's logprob sum by the constant max_generation_len (Dr. GRPO, UnstableBaselines) or by its token count.",
     )
     max_generation_len: int = Field(4096, ge=1, description="The constant normaliser.")
+    data_parallel: int = Field(1, ge=1, le=64,
+        description="Learner processes: each takes a shard of every batch (whole games) and the gradients are summed "
+                    "before the one optimizer step all take, as one learner on the whole batch would (torch.distributed: "
+                    "gloo on the CPU, nccl on CUDA with rank r on cuda:r). 1: one process. docs/gpu.md#a-data-parallel-learner")
+    data_parallel_timeout_s: float = Field(600, gt=0, description="How long a rank waits for the others in a collective before it fails.")
     prefix_sharing: bool = Field(True,
         description="Forward every token the steps of a chunk share once (prefix tries, ancestor attention masks); false: one padded row per step.")
     prefix_budget: int = Field(2048, ge=16, description="Most tokens in one prefix-shared row.")

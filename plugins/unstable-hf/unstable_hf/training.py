@@ -40,6 +40,7 @@ import torch
 
 from unstable_core import Batch, Checkpoint, Step
 
+from .data_parallel import Workers, on_cpu, shard, sum_gradients, sum_numbers, worker_rank
 from .layout import LayoutChoice
 from .options import LearnerOptions
 from .packing import Packed, Sequence, pack, sequences
@@ -87,6 +88,8 @@ class LoraLearner:
         self.pair_weight = attention_pair_weight(self.model.config)
         self.forward_cost = forward_cost(self.model.config)
         self.set_prefix_sharing(options.prefix_sharing)
+        self.distributed = options.data_parallel > 1
+        self.workers = Workers(self, model, seed) if self.distributed and worker_rank() is None else None
 
     def set_prefix_sharing(self, on: bool, layout: str | None = None) -> None:
         """Turn prefix sharing on (where the model takes it) or off; ``layout`` ('auto', 'masks'
@@ -198,12 +201,33 @@ class LoraLearner:
     def update(self, batch: Batch) -> dict[str, float]:
         start = time.perf_counter()
         steps = batch.steps
+        if self.workers is not None:  # rank 0 of a data-parallel learner: a shard to every rank
+            shards = shard(steps, self.options.data_parallel)
+            self.workers.send([("update", (part, len(steps))) for part in shards[1:]])
+            metrics = self.update_shard(shards[0], len(steps))
+            self.workers.replies("updating")
+        else:
+            metrics = self.update_shard(steps, len(steps))
+        elapsed = time.perf_counter() - start
+        tokens = sum(len(s.completion) for s in sequences(steps, self.options.max_train_len))
+        return {
+            **metrics,
+            "advantage_mean": sum(s.reward for s in steps) / len(steps),
+            "train_tokens": float(tokens),
+            "learner_tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0,
+            "update_s": elapsed,
+        }
+
+    def update_shard(self, steps: list[Step], batch_size: int) -> dict[str, float]:
+        """One optimizer step from these steps, a shard of a batch of ``batch_size`` steps (the
+        whole batch, unless data-parallel: then every rank's gradients are summed before the
+        step, and so are the loss and token counts reported)."""
         if self.shared:  # neighbours share most: chunks cut along the tries
             steps = sorted(steps, key=lambda s: s.turn.prompt_token_ids + s.turn.completion_token_ids)
         self.model.train()
         for optimizer in self.optimizers.values():
             optimizer.zero_grad(set_to_none=True)
-        prepared = self.prepare_batch(steps)
+        prepared = self.prepare_batch(steps) if steps else {}
         self.counts.clear()
         total = 0.0
         sums: dict[str, float] = {}
@@ -212,13 +236,18 @@ class LoraLearner:
             self.layout = self.layouts.next()
             segment_chunks += self.layout == "segments"
             chunk_start, tokens_before = time.perf_counter(), self.counts["sequence_tokens"]
-            loss, stats = self.loss(chunk, len(steps))
+            loss, stats = self.loss(chunk, batch_size)
             loss.backward()
             self.layouts.record(self.layout, time.perf_counter() - chunk_start, self.counts["sequence_tokens"] - tokens_before)
             total += float(loss.detach())
             chunks += 1
             for key, value in stats.items():
                 sums[key] = sums.get(key, 0.0) + float(value)
+        forward, sequence = self.counts["forward_tokens"], self.counts["sequence_tokens"]
+        if self.distributed:
+            for optimizer in self.optimizers.values():
+                sum_gradients([p for group in optimizer.param_groups for p in group["params"]])
+            total, forward, sequence = sum_numbers([total, forward, sequence], self.device)
         norms = {}
         for name, optimizer in self.optimizers.items():
             params = [p for group in optimizer.param_groups for p in group["params"]]
@@ -227,20 +256,14 @@ class LoraLearner:
             optimizer.step()
         self.model.eval()
         self.version += 1
-        elapsed = time.perf_counter() - start
-        tokens = sum(len(s.completion) for s in sequences(steps, self.options.max_train_len))
         return {
             **{key: float(value) for key, value in prepared.items()},
             **{key: value / chunks for key, value in sums.items()},
             "loss": total,
             **norms,
-            "advantage_mean": sum(s.reward for s in steps) / len(steps),
-            "train_tokens": float(tokens),
-            "forward_tokens": float(self.counts["forward_tokens"]),
-            "prefix_share": 1.0 - self.counts["forward_tokens"] / max(1, self.counts["sequence_tokens"]),
-            "prefix_segments": segment_chunks / chunks,
-            "learner_tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0,
-            "update_s": elapsed,
+            "forward_tokens": float(forward),
+            "prefix_share": 1.0 - forward / max(1, sequence),
+            "prefix_segments": segment_chunks / max(1, chunks),
         }
 
     # -- checkpoints and state ---------------------------------------------------------------------
@@ -272,3 +295,12 @@ class LoraLearner:
         if "prefix_layout" in state:  # snapshots before 2026-11-25 have none
             self.layouts.load_state_dict(state["prefix_layout"])
         self.version = int(state["version"])
+        if self.workers is not None:  # every rank resumes from the same state
+            self.workers.send([("load_state", on_cpu(state))] * (self.options.data_parallel - 1))
+            self.workers.replies("loading a state")
+
+    def close(self) -> None:
+        """Stop a data-parallel learner's worker processes (they also stop with this process)."""
+        if self.workers is not None:
+            self.workers.close()
+            self.workers = None
