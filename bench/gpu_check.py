@@ -281,16 +281,12 @@ class Check:
 
         from unstable_core import GenerationRequest
 
-        models = list(self.hf._bases.values())
         sync(self.device)
         t = time.perf_counter()
-        for m in models:
-            m.to("cpu")
-        self.free()
+        self.hf.sleep()  # what training.colocate does before an update
         released = torch.cuda.memory_allocated() / 2**30 if self.device.startswith("cuda") else None
         self.learner.update(self.batch)
-        for m in models:
-            m.to(self.device)
+        self.hf.wake()
         asyncio.run(self.hf.generate(GenerationRequest(model=self.lora, prompt=self.texts[0], seed=1)))
         sync(self.device)
         self.figures["colocated:sleep + update + wake + request s"] = time.perf_counter() - t

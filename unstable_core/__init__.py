@@ -33,7 +33,7 @@ _LAZY = {
     )},
     **{n: "protocols" for n in (
         "GameEnv", "EnvProvider", "EnvSampler", "ModelSampler", "Registry", "Rater", "Buffer", "Learner", "Inference",
-        "Executor", "Tracker", "Template", "CompletionScorer", "PolicyMetrics", "ActionProbabilities",
+        "Executor", "Tracker", "Template", "CompletionScorer", "MemoryReleaser", "PolicyMetrics", "ActionProbabilities",
         "FinalRewardTransform", "StepRewardTransform", "SamplingRewardTransform",
     )},
     **{n: "errors" for n in (

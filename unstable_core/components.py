@@ -86,11 +86,16 @@ class ChosenComponents(dict[str, BaseModel]):
     """What a ``check_run`` receives: each chosen component's validated options by config key
     ('learner', 'inference', 'buffer', ...), and what the chosen components declare about
     themselves: ``adapter``, the LoRA adapter the learner writes (``LearnerSpec.adapter``; None
-    without a learner or when it declares none)."""
+    without a learner or when it declares none); and of the run: ``colocate``
+    (``training.colocate``: the learner shares the trained model's backend's accelerator) and
+    ``model`` (what the trained model's backend loads, or None)."""
 
-    def __init__(self, options: Mapping[str, BaseModel], adapter: AdapterShape | None = None) -> None:
+    def __init__(self, options: Mapping[str, BaseModel], adapter: AdapterShape | None = None, colocate: bool = False,
+                 model: str | None = None) -> None:
         super().__init__(options)
         self.adapter = adapter
+        self.colocate = colocate
+        self.model = model
 
 
 class ComponentSpec(BaseModel):
@@ -225,6 +230,10 @@ class InferenceSpec(ComponentSpec):
     answers_at_once: bool = Field(
         False, description="generate never waits (scripted agents, a table lookup): a game whose seats are all served by "
         "such backends is played inline, without a task of its own.",
+    )
+    releases_memory: bool = Field(
+        False, description="The backend offers sleep() and wake(): sleep hands the accelerator memory its models hold back "
+        "(weights offloaded, caches dropped) until wake; `training.colocate` calls them around every learner update.",
     )
 
 

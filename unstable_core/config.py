@@ -134,6 +134,11 @@ class TrainingConfig(Section):
     max_empty_batches: int = Field(
         1000, ge=1, description="Fail the run after this many drawn batches in a row were emptied by the filter."
     )
+    colocate: bool = Field(
+        False, description="The learner shares its accelerator with the trained model's inference backend: before every "
+        "update the backend sleeps (hands its memory back: weights offloaded, caches dropped) and wakes after it. Needs "
+        "collection.mode = 'sync' (no game may generate during an update) and a backend that declares releases_memory.",
+    )
 
 
 class RewardConfig(Section):

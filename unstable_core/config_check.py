@@ -173,7 +173,9 @@ def check_run(cfg: RunConfig, system: PluginSystem, source: str = "<config>") ->
         if adapter is not None and not isinstance(adapter, AdapterShape):
             problems.append(f"{source}: learner: its adapter declaration returned {type(adapter).__name__}, not an AdapterShape")
             adapter = None
-    chosen = ChosenComponents({key: opts for key, (_, opts) in resolved.items()}, adapter=adapter)
+    model = cfg.model_ref()
+    chosen = ChosenComponents({key: opts for key, (_, opts) in resolved.items()}, adapter=adapter,
+                              colocate=cfg.training.colocate, model=model.model if model is not None else None)
     for key, (spec, opts) in resolved.items():
         if spec.check_run is not None:
             try:

@@ -42,6 +42,8 @@ def pipeline_problems(cfg: RunConfig, resolved: Resolved, source: str = "<config
                             "rewards of the whole batch: put the group baseline first")
         if spec.mixes_batch and mixed is None:
             mixed = key
+    if cfg.training.colocate:
+        problems += colocate_problems(cfg, resolved, source)
     learner = resolved.get("learner")
     if learner is None:
         return problems
@@ -56,4 +58,17 @@ def pipeline_problems(cfg: RunConfig, resolved: Resolved, source: str = "<config
     if spec.needs_episodes and buffer is not None and not keeps_episodes:
         problems.append(f"{source}: learner {spec.name!r} needs whole episodes in each batch: buffer {buffer[0].name!r} "
                         "draws single steps; set [buffer] name = \"episode\"")
+    return problems
+
+
+def colocate_problems(cfg: RunConfig, resolved: Resolved, source: str) -> list[str]:
+    """``training.colocate``: a sync run whose trained model's backend can release its memory."""
+    problems = []
+    if cfg.collection.mode != "sync":
+        problems.append(f"{source}: training.colocate = true puts the inference backend to sleep during every update, "
+                        "while async games would still generate: set collection.mode = \"sync\"")
+    inference = resolved.get("inference")
+    if inference is not None and not inference[0].releases_memory:
+        problems.append(f"{source}: training.colocate = true: inference {inference[0].name!r} cannot release its memory "
+                        "(it declares no releases_memory); use a backend that can (hf, vllm) or set colocate = false")
     return problems

@@ -92,6 +92,14 @@ class RolloutHandle(Protocol):
         empty when it offers none."""
         ...
 
+    async def sleep(self) -> None:
+        """The trained model's backend hands its accelerator memory back (``training.colocate``)."""
+        ...
+
+    async def wake(self) -> None:
+        """The trained model's backend takes its memory back and serves again."""
+        ...
+
 
 @runtime_checkable
 class BufferHandle(StatefulRole, Protocol):

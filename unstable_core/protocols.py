@@ -194,6 +194,20 @@ class CompletionScorer(Protocol):
 
 
 @runtime_checkable
+class MemoryReleaser(Protocol):
+    """What a backend whose record declares ``releases_memory`` also offers (``training.colocate``)."""
+
+    def sleep(self) -> None:
+        """Hand back the accelerator memory the backend's models hold (offload weights, drop
+        caches); no request arrives until ``wake``."""
+        ...
+
+    def wake(self) -> None:
+        """Take the memory back: the next request is served as before the sleep."""
+        ...
+
+
+@runtime_checkable
 class Executor(Protocol):
     """Placement only: where the roles of a run live. The driver holds the control flow."""
 

@@ -66,6 +66,7 @@ class HFInference:
         self.prompt_tokens = 0  # tokens of the prompts served
         self.prefill_tokens = 0  # positions their prefill computed (padding included)
         self._prefix_support: dict[int, str | None] = {}  # id(base model) -> why shared prefixes are off
+        self._awake_devices: dict[str, Any] = {}  # resolved base path -> its device, while asleep
 
     # -- models ---------------------------------------------------------------------------------
     def _base(self, ref: ModelRef) -> Any:
@@ -267,6 +268,30 @@ class HFInference:
                 for (_, f), out in zip(live, outs):
                     if not f.done():
                         f.set_result(out)
+
+    # -- colocation (training.colocate) ------------------------------------------------------------
+    def sleep(self) -> None:
+        """Move every resident model (base and adapters) to the CPU and hand the accelerator's
+        cached blocks back, so that the learner has that memory for its update. On the CPU
+        nothing moves."""
+        import torch
+
+        with self._lock:
+            self._awake_devices = {}
+            for path, model in self._bases.items():
+                device = next(model.parameters()).device
+                if device.type != "cpu":
+                    self._awake_devices[path] = device
+                    model.to("cpu")
+            if self._awake_devices and torch.cuda.is_available():
+                torch.cuda.empty_cache()
+
+    def wake(self) -> None:
+        """Move the models back to the devices they were on before ``sleep``."""
+        with self._lock:
+            for path, device in self._awake_devices.items():
+                self._bases[path].to(device)
+            self._awake_devices = {}
 
     def close(self) -> None:
         if self._batcher is not None:

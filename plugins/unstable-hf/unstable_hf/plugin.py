@@ -39,6 +39,7 @@ def unstable_inference_backends() -> list[InferenceSpec]:
             factory=make_inference,
             check_model=check_model,
             scores_completions=True,
+            releases_memory=True,  # sleep/wake move the weights to the CPU and back
         )
     ]
 

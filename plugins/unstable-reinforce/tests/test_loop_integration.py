@@ -131,3 +131,44 @@ def test_after_an_async_kill_the_learner_restores_its_optimizer_state(tiny_path,
     optimizer = restored["learner"]["learner"]["optimizers"]["policy"]
     assert optimizer["state"]  # AdamW moments exist: something was restored, not an empty state
     assert restored["league"]["game_idx"] == saved["league"]["game_idx"]
+
+
+def test_a_colocated_sync_run_sleeps_the_backend_around_every_update_and_learns_the_same(tiny_path, tmp_path, monkeypatch):
+    """training.colocate: the hf backend sleeps before each update and wakes after it (and on the
+    CPU moves nothing), the train records carry sleep_s / wake_s, and the run ends with exactly
+    the adapter of the same sync run without colocation."""
+    from unstable_hf.inference import HFInference
+
+    system = load_plugins(entry_points=False, extra=[("hf", hf_plugin), ("reinforce", reinforce_plugin)], strict=True)
+    unstable_core.run(resume_config(tiny_path, steps=2), run_dir=tmp_path / "plain", plugins=system)
+    calls = []
+    sleep, wake = HFInference.sleep, HFInference.wake
+    monkeypatch.setattr(HFInference, "sleep", lambda self: (calls.append("sleep"), sleep(self))[1])
+    monkeypatch.setattr(HFInference, "wake", lambda self: (calls.append("wake"), wake(self))[1])
+    cfg = resume_config(tiny_path, steps=2)
+    cfg["training"]["colocate"] = True
+    result = unstable_core.run(cfg, run_dir=tmp_path / "colocated", plugins=system)
+    assert result.status == "completed"
+    assert calls == ["sleep", "wake", "sleep", "wake"]
+    records = [json.loads(line) for line in (tmp_path / "colocated" / "metrics.jsonl").read_text().splitlines()]
+    trains = [r for r in records if r["type"] == "train"]
+    assert len(trains) == 2 and all(r["sleep_s"] >= 0 and r["wake_s"] >= 0 for r in trains)
+    plain, colocated = adapter(tmp_path / "plain", 2), adapter(tmp_path / "colocated", 2)
+    assert max(float((plain[k] - colocated[k]).abs().max()) for k in plain) == 0.0
+
+
+def test_colocate_needs_sync_mode_and_a_backend_that_releases_memory(tiny_path, tmp_path):
+    import pytest
+
+    from unstable_core import ConfigError
+
+    system = load_plugins(entry_points=False, extra=[("hf", hf_plugin), ("reinforce", reinforce_plugin)], strict=True)
+    cfg = resume_config(tiny_path, mode="async")
+    cfg["training"]["colocate"] = True
+    with pytest.raises(ConfigError, match='training.colocate = true puts the inference backend to sleep.*collection.mode = "sync"'):
+        unstable_core.build(cfg, run_dir=tmp_path / "a", plugins=system)
+    cfg = resume_config(tiny_path)
+    cfg["training"]["colocate"] = True
+    cfg["inference"] = {"name": "scripted"}
+    with pytest.raises(ConfigError, match="inference 'scripted' cannot release its memory"):
+        unstable_core.build(cfg, run_dir=tmp_path / "b", plugins=system)

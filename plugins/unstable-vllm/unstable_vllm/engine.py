@@ -85,6 +85,7 @@ def engine_args(path: str, options: VLLMInferenceOptions, max_model_len: int) ->
         enforce_eager=options.enforce_eager,
         distributed_executor_backend=options.distributed_executor_backend,
         kv_cache_memory_bytes=None if options.kv_cache_gib is None else int(options.kv_cache_gib * 2**30),
+        enable_sleep_mode=sleep_mode(options),
         logprobs_mode="processed_logprobs",  # logprobs of the distribution sampled from (temperature applied)
         disable_log_stats=True,
     )
@@ -97,6 +98,15 @@ def model_max_len(path: str, options: VLLMInferenceOptions) -> int:
     config = AutoConfig.from_pretrained(path, trust_remote_code=options.trust_remote_code)
     limit = getattr(config, "max_position_embeddings", None)
     return min(options.max_model_len, limit) if limit else options.max_model_len
+
+
+def sleep_mode(options: VLLMInferenceOptions) -> bool:
+    """Whether engines start with vLLM's sleep mode: the option, or where the platform has it."""
+    if options.enable_sleep_mode is not None:
+        return options.enable_sleep_mode
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_sleep_mode_available())
 
 
 def zero_mode(options: VLLMInferenceOptions) -> bool:
@@ -213,6 +223,13 @@ class Engine:
         text = self.tokenizer.decode([t for t in tokens if t != eos], skip_special_tokens=True)
         return Completion(text=text, prompt_token_ids=prompt_ids, completion_token_ids=tokens, logprobs=logprobs, policy_version=ref.version,
                           truncated=out.finish_reason == "length")
+
+    async def sleep(self) -> None:
+        """Weights to CPU memory, KV cache dropped (vLLM's sleep level 1)."""
+        await self.llm.sleep(level=1)
+
+    async def wake(self) -> None:
+        await self.llm.wake_up()
 
     async def shutdown(self) -> None:
         """Cancel the requests still running (a run that stops mid-batch), then stop the engine."""

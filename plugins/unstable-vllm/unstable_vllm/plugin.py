@@ -26,7 +26,12 @@ def check_model(ref: ModelRef) -> None:
 
 def check_run(options: VLLMInferenceOptions, components: ChosenComponents) -> None:
     """The adapter the learner declares (``LearnerSpec.adapter``) must fit in vLLM's adapter
-    slots (``max_lora_rank``) and hold LoRA weights only (vLLM loads no ``modules_to_save``)."""
+    slots (``max_lora_rank``) and hold LoRA weights only (vLLM loads no ``modules_to_save``);
+    a colocated run's memory split must leave the learner room (``colocation.py``)."""
+    if components.colocate:
+        from .colocation import check_colocated
+
+        check_colocated(options, components)
     adapter = components.adapter
     if adapter is None:
         return
@@ -50,5 +55,6 @@ def unstable_inference_backends() -> list[InferenceSpec]:
             check_model=check_model,
             check_run=check_run,
             model_options=VLLMModelOptions,
+            releases_memory=True,  # sleep mode where the platform has it; elsewhere one message, and the memory stays
         )
     ]

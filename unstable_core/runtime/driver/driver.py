@@ -156,7 +156,10 @@ class Driver:
     async def update(self, learner: LearnerHandle, batch: Batch) -> None:
         run = self.run
         began = time.monotonic()
-        metrics = await learner.update(batch)
+        if self.cfg.training.colocate:  # the backends' memory is the learner's for the update
+            metrics = await self.update_colocated(learner, batch)
+        else:
+            metrics = await learner.update(batch)
         update_s = time.monotonic() - began
         self.state.step += 1
         step = self.state.step
@@ -168,6 +171,20 @@ class Driver:
         run.out.log(TrainRecord(step=step, time=run.out.now(), **metrics))
         run.system.call_lifecycle("unstable_batch_end", ctx=BatchEndContext(
             run_dir=run.run_dir, learner_step=step, metrics=metrics, batch_size=len(batch.steps)))
+
+    async def update_colocated(self, learner: LearnerHandle, batch: Batch) -> dict[str, float]:
+        """The update between every rollout replica's backend sleeping and waking; the seconds
+        those took in ``sleep_s`` and ``wake_s``."""
+        rollouts = self.run.roles.rollouts
+        began = time.monotonic()
+        await asyncio.gather(*(r.sleep() for r in rollouts))
+        slept = time.monotonic()
+        try:
+            metrics = await learner.update(batch)
+        finally:
+            woke = time.monotonic()
+            await asyncio.gather(*(r.wake() for r in rollouts))
+        return {**metrics, "sleep_s": round(slept - began, 6), "wake_s": round(time.monotonic() - woke, 6)}
 
     async def checkpoint(self, learner: LearnerHandle) -> None:
         """Save, publish to every rollout replica and check the version each serves, then make

@@ -113,6 +113,17 @@ class Rollout:
             )
         return served
 
+    async def sleep(self) -> None:
+        """Hand the trained model's backend's accelerator memory back (``training.colocate``,
+        before an update; the config check made sure it declares ``releases_memory``)."""
+        backend = self.backend(self.trained_backend)
+        await asyncio.to_thread(guarded, self.builder.label("inference"), "sleep", backend.sleep)
+
+    async def wake(self) -> None:
+        """Take the memory back after the update: the backend serves again."""
+        backend = self.backend(self.trained_backend)
+        await asyncio.to_thread(guarded, self.builder.label("inference"), "wake", backend.wake)
+
     async def policy_metrics(self, model: ModelRef, env: EnvSpec) -> dict[str, float]:
         """The exact policy metrics ``env``'s provider offers for ``model`` (e.g. exploitability),
         from the probability the model's backend gives each legal action's answer (the built-in
