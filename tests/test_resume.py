@@ -309,6 +309,28 @@ def test_resume_refuses_a_metrics_log_that_lost_what_the_snapshot_covers(finishe
     assert "metrics.jsonl holds" in message and "fewer than the" in message and "the snapshot covers" in message
 
 
+def test_resume_refuses_a_metrics_log_edited_within_what_the_snapshot_covers(finished):
+    """Same length, other bytes: the SHA-256 the snapshot recorded tells them apart."""
+    metrics = finished / "metrics.jsonl"
+    data = metrics.read_bytes()
+    at = data.index(b'"step":') + len(b'"step":')
+    digit = data[at : at + 1]
+    assert digit.isdigit()
+    metrics.write_bytes(data[:at] + (b"9" if digit != b"9" else b"8") + data[at + 1 :])
+    message = resume_error(finished, ["training.learning_steps=8"])
+    assert "metrics.jsonl: its first" in message and "SHA-256 differs" in message
+    edited = data[:at] + (b"9" if digit != b"9" else b"8") + data[at + 1 :]
+    assert metrics.read_bytes()[: len(data)] == edited  # nothing cut or rewritten (a resume cuts what lies past the snapshot)
+
+
+def test_a_resumed_run_checks_what_it_appended_too(finished):
+    """The digest goes on across a resume: a second resume of the same log verifies."""
+    plugins = unstable_core.load_plugins(extra=[("toy", toy_plugin)])
+    unstable_core.run(None, run_dir=finished, resume=True, overrides=["training.learning_steps=8"], plugins=plugins)
+    result = unstable_core.run(None, run_dir=finished, resume=True, overrides=["training.learning_steps=10"], plugins=plugins)
+    assert result.status == "completed" and result.learner_steps == 10
+
+
 def test_resume_never_writes_through_a_symlinked_metrics_log(finished, tmp_path):
     outside = tmp_path / "outside.jsonl"
     outside.write_bytes((finished / "metrics.jsonl").read_bytes())

@@ -9,6 +9,7 @@ update), ``eval`` (one per evaluation (step, env, model, opponent)), ``eval_skip
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from typing import Any
@@ -51,10 +52,13 @@ class JsonlTracker:
             raise ValueError(f"{self.path}: cannot be written ({reason})") from None
         self.fh = open(fd, "a", encoding="utf-8")
         self.last_flush = time.monotonic()
+        self.digest = hashlib.sha256()  # of every byte written: a snapshot records it, a resume checks it
 
     def log(self, record: Record) -> None:
         kind = record.type
-        self.fh.write(json_line(record.model_dump(mode="json")))
+        line = json_line(record.model_dump(mode="json"))
+        self.fh.write(line)
+        self.digest.update(line.encode("utf-8"))
         now = time.monotonic()
         # game records are many: flush them at most every flush_s; anything else at once
         if kind != "game" or now - self.last_flush >= self.flush_s:
@@ -66,10 +70,11 @@ class JsonlTracker:
             self.fh.close()
 
     def state_dict(self) -> dict[str, Any]:
-        """How much of the file the snapshot covers: on resume, what was written later goes."""
+        """How much of the file the snapshot covers, and the SHA-256 of those bytes: on resume,
+        what was written later goes, and what it covers must be what was written."""
         self.fh.flush()
         os.fsync(self.fh.fileno())
-        return {"offset": self.fh.tell()}
+        return {"offset": self.fh.tell(), "sha256": self.digest.hexdigest()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.fh.flush()
@@ -77,7 +82,17 @@ class JsonlTracker:
         if size < offset:  # deleted (and now made anew) or cut: the records before the snapshot are gone
             raise ValueError(f"{self.path} holds {size} bytes, fewer than the {offset} the snapshot covers: the log was cut "
                              "or deleted; put it back, or start a new run")
+        digest = hashlib.sha256()
+        with open(self.path, "rb") as f:  # the file itself, not a link (opened with O_NOFOLLOW)
+            left = offset
+            while left and (chunk := f.read(min(left, 1 << 20))):
+                digest.update(chunk)
+                left -= len(chunk)
+        if "sha256" in state and digest.hexdigest() != state["sha256"]:  # snapshots before 2026-11-26 have none
+            raise ValueError(f"{self.path}: its first {offset} bytes are not what the snapshot recorded (SHA-256 differs): "
+                             "the log was edited or replaced; put it back, or start a new run")
         os.ftruncate(self.fh.fileno(), offset)  # opened for appending: writes go on from there
+        self.digest = digest
 
 
 class ConsoleOptions(BaseModel):
