@@ -517,3 +517,27 @@ def test_a_backend_that_never_answers_stops_the_run_within_its_timeout(make_plug
     with pytest.raises(RunFailed, match=r"inference 'silent' gave no answer for model 'mute' within collection.request_timeout_s = 0.5 s"):
         unstable_core.run(cfg, run_dir=tmp_path / "r", plugins=system)
     assert time.monotonic() - began < 10
+
+
+class FactoriesThatRaise:
+    @hookimpl
+    def unstable_model_samplers(self):
+        def factory(options, ctx):
+            raise KeyError("population")
+
+        return [ModelSamplerSpec(name="factory-raises", summary="f", factory=factory)]
+
+
+def test_config_check_builds_the_cheap_components_and_names_a_factory_that_raises(make_plugin_system):
+    """A factory that raises passes the options check; `config check` builds samplers, raters,
+    buffers and reward transforms once, so it is one line there, not at the run's start."""
+    from unstable_core.config_check import check_run, factory_problems
+
+    system = make_plugin_system(toy_plugin, ("factories", FactoriesThatRaise()))
+    cfg = unstable_core.validate_config(toy_config(model_sampler={"name": "factory-raises"}))
+    check_run(cfg, system, "c.toml")  # its options are fine
+    problems = factory_problems(cfg, system, "c.toml")
+    assert len(problems) == 1
+    assert problems[0].startswith("c.toml: model_sampler: model_sampler 'factory-raises' from plugin 'factories'")
+    assert "could not be built: KeyError" in problems[0]
+    assert factory_problems(unstable_core.validate_config(toy_config()), system, "c.toml") == []

@@ -107,12 +107,18 @@ def config_schema() -> None:
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a config key (repeatable).")
 def config_check(file: str, overrides: tuple[str, ...]) -> None:
-    """Validate a config and every chosen component's options; exit 2 on any problem."""
+    """Validate a config and every chosen component's options, and build the cheap components
+    (samplers, rater, buffer, reward transforms); exit 2 on any problem."""
     from .config import load_config
-    from .config_check import check_run
+    from .config_check import check_run, factory_problems, summarize
+    from .errors import ConfigError
 
     cfg = load_config(file, overrides)
-    resolved = check_run(cfg, plugin_system(), file)
+    system = plugin_system()
+    resolved = check_run(cfg, system, file)
+    problems = factory_problems(cfg, system, file)
+    if problems:
+        raise ConfigError(summarize(problems))
     click.echo(f"{file}: ok ({len(resolved)} components: " + ", ".join(f"{k}={s.name}" for k, (s, _) in resolved.items()) + ")")
 
 

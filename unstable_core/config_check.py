@@ -209,3 +209,27 @@ def check_run(cfg: RunConfig, system: PluginSystem, source: str = "<config>") ->
     if problems:
         raise ConfigError(summarize(problems))
     return resolved
+
+
+#: kinds whose factories are cheap and write nothing: ``config check`` builds them once, so that a
+#: factory that raises is reported before a run (learners, backends, executors, trackers and env
+#: providers are built by the run: models to load, files to open)
+CHEAP_KINDS = ("env_sampler", "model_sampler", "rater", "buffer", "reward_transform")
+
+
+def factory_problems(cfg: RunConfig, system: PluginSystem, source: str = "<config>") -> list[str]:
+    """Build every component of a cheap kind (``CHEAP_KINDS``) of a config that passed
+    ``check_run``, with no run directory; one line for each whose factory fails."""
+    from .runtime.building import Builder
+    from .runtime.plan import make_plan
+
+    plan = make_plan(cfg, system, "", source)
+    builder = Builder(plan, system)
+    problems = []
+    for key, recipe in plan.recipes.items():
+        if recipe.kind in CHEAP_KINDS:
+            try:
+                builder.build(key)
+            except UnstableError as exc:
+                problems.append(f"{source}: {key}: {exc}")
+    return problems
