@@ -331,6 +331,44 @@ def test_a_resumed_run_checks_what_it_appended_too(finished):
     assert result.status == "completed" and result.learner_steps == 10
 
 
+@pytest.mark.parametrize("damage", ["deleted", "cut", "edited"])
+def test_repair_goes_on_with_a_damaged_metrics_log_and_says_what_it_kept(finished, damage):
+    metrics = finished / "metrics.jsonl"
+    data = metrics.read_bytes()
+    if damage == "deleted":
+        metrics.unlink()
+    elif damage == "cut":
+        metrics.write_bytes(data[:1000])  # mid-line
+    else:
+        metrics.write_bytes(data.replace(b'"toy"', b'"yot"', 1))
+    plugins = unstable_core.load_plugins(extra=[("toy", toy_plugin)])
+    result = unstable_core.run(None, run_dir=finished, resume=True, repair=True, overrides=["training.learning_steps=8"],
+                               plugins=plugins)
+    assert result.status == "completed" and result.learner_steps == 8
+    records = [json.loads(line) for line in metrics.read_text().splitlines()]  # every line whole
+    resume = [r for r in records if r["type"] == "resume"]
+    assert len(resume) == 1 and len(resume[0]["repaired"]) == 1
+    said = resume[0]["repaired"][0]
+    if damage == "edited":
+        assert "differ from what was written (SHA-256): kept as they are" in said
+        assert metrics.read_bytes().startswith(data.replace(b'"toy"', b'"yot"', 1)[: data.index(b"\n") + 1])
+    else:
+        kept = 0 if damage == "deleted" else data[:1000].rfind(b"\n") + 1
+        assert f"held {0 if damage == 'deleted' else 1000} of the" in said and f"its {kept} bytes of complete lines kept" in said
+    assert [r["step"] for r in records if r["type"] == "train"][-2:] == [7, 8]
+    # the repaired log is the log from now on: the next resume checks it and needs no repair
+    again = unstable_core.run(None, run_dir=finished, resume=True, overrides=["training.learning_steps=10"], plugins=plugins)
+    assert again.learner_steps == 10
+
+
+def test_repair_without_resume_is_refused(tmp_path):
+    from unstable_core import ConfigError
+
+    with pytest.raises(ConfigError, match="goes with resume=True"):
+        unstable_core.build(sync_config(2), run_dir=tmp_path / "r", repair=True,
+                            plugins=unstable_core.load_plugins(extra=[("toy", toy_plugin)]))
+
+
 def test_resume_never_writes_through_a_symlinked_metrics_log(finished, tmp_path):
     outside = tmp_path / "outside.jsonl"
     outside.write_bytes((finished / "metrics.jsonl").read_bytes())
@@ -358,3 +396,8 @@ def test_resume_refuses_a_damaged_snapshot_in_one_line(finished, file, content, 
 
 def test_resume_refuses_fewer_steps_than_the_run_made(finished):
     assert "training.learning_steps = 4 is fewer than the 6 updates" in resume_error(finished, ["training.learning_steps=4"])
+
+
+def test_the_cli_refuses_repair_without_resume(cli):
+    proc = cli("run", "examples/tournament.toml", "--repair")
+    assert proc.returncode == 2 and proc.stderr.strip() == "error: --repair goes with --resume RUN_DIR"

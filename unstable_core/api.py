@@ -40,11 +40,13 @@ class Run:
     """A checked run, ready to start: config validated, components resolved, every environment
     and model checked, nothing written yet (``build`` makes one)."""
 
-    def __init__(self, plan: RunPlan, plugins: PluginSystem, resume: bool = False) -> None:
+    def __init__(self, plan: RunPlan, plugins: PluginSystem, resume: bool = False, repair: bool = False) -> None:
         self.plan = plan
         self.plugins = plugins
         #: go on from the run directory's latest snapshot instead of starting afresh
         self.resume = resume
+        #: resuming, go on with a damaged metrics log instead of refusing it (the resume record says what)
+        self.repair = repair
         self.run_dir = plan.run_dir
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[Any] | None = None
@@ -105,20 +107,24 @@ class Run:
         """Run to the end on the running event loop (``runtime/driver/run.py`` tells it in order)."""
         from .runtime.driver.run import RunSteps
 
-        self._steps = RunSteps(self.plan, self.plugins, self.resume)
+        self._steps = RunSteps(self.plan, self.plugins, self.resume, self.repair)
         return await self._steps.execute()
 
 
 def build(config: ConfigSource | None, *, run_dir: str | os.PathLike[str] | None = None, overrides: Iterable[str] = (),
-          plugins: PluginSystem | None = None, resume: bool = False) -> Run:
+          plugins: PluginSystem | None = None, resume: bool = False, repair: bool = False) -> Run:
     """Check a config (a TOML path, a dict or a RunConfig) and make its run, not started yet.
     Raises ConfigError / PluginError (exit status 2 in the CLI) for anything wrong with it.
 
     ``resume=True`` goes on from the latest snapshot in ``run_dir``, with the config the run was
     started with (``config`` may be None; if given it must be that config); ``overrides`` may
-    only extend ``training.learning_steps``."""
+    only extend ``training.learning_steps``. ``repair=True`` (with ``resume``) goes on with a
+    metrics log that was cut, deleted or edited within what the snapshot covers, instead of
+    refusing it: its complete lines are kept, and the resume record's ``repaired`` says what."""
     from .runtime.plan import make_plan
 
+    if repair and not resume:
+        raise ConfigError("repair=True (--repair) goes with resume=True (--resume RUN_DIR)")
     if resume:
         cfg, source = resumed_config(config, run_dir, overrides)
     else:
@@ -129,11 +135,11 @@ def build(config: ConfigSource | None, *, run_dir: str | os.PathLike[str] | None
 
     plugins = checked_plugins(plugins)
     directory = str(run_dir) if run_dir is not None else (cfg.run_dir or default_run_dir(cfg.name))
-    return Run(make_plan(cfg, plugins, directory, source), plugins, resume=resume)
+    return Run(make_plan(cfg, plugins, directory, source), plugins, resume=resume, repair=repair)
 
 
 def run(config: ConfigSource | None, *, run_dir: str | os.PathLike[str] | None = None, overrides: Iterable[str] = (),
-        plugins: PluginSystem | None = None, resume: bool = False) -> RunResult:
+        plugins: PluginSystem | None = None, resume: bool = False, repair: bool = False) -> RunResult:
     """Build and start a run; return how it ended (``eval_records`` holds the evaluation or
-    tournament records). A run that cannot go on raises RunFailed. ``resume``: see ``build``."""
-    return build(config, run_dir=run_dir, overrides=overrides, plugins=plugins, resume=resume).start()
+    tournament records). A run that cannot go on raises RunFailed. ``resume``, ``repair``: see ``build``."""
+    return build(config, run_dir=run_dir, overrides=overrides, plugins=plugins, resume=resume, repair=repair).start()

@@ -39,7 +39,9 @@ def cli(verbose: bool) -> None:
 @click.option("--run-dir", type=click.Path(file_okay=False), default=None, help="Run directory (default runs/NAME-TIME).")
 @click.option("--resume", "resume_dir", type=click.Path(file_okay=False), default=None, metavar="RUN_DIR",
               help="Go on from RUN_DIR's latest snapshot, with its config (--set may only raise training.learning_steps).")
-def run(config: str | None, overrides: tuple[str, ...], run_dir: str | None, resume_dir: str | None) -> None:
+@click.option("--repair", is_flag=True, help="With --resume: go on with a metrics log that was cut, deleted or edited "
+              "within what the snapshot covers (its complete lines are kept; the resume record says what) instead of refusing it.")
+def run(config: str | None, overrides: tuple[str, ...], run_dir: str | None, resume_dir: str | None, repair: bool) -> None:
     """Run a config: train, or without a learner play a tournament; or resume a run."""
     from .api import build
     from .errors import ConfigError, RunInterrupted
@@ -47,7 +49,9 @@ def run(config: str | None, overrides: tuple[str, ...], run_dir: str | None, res
     if resume_dir is not None:
         if run_dir is not None and run_dir != resume_dir:
             raise ConfigError("--resume RUN_DIR goes on in RUN_DIR: leave out --run-dir")
-        job = build(config, run_dir=resume_dir, overrides=overrides, plugins=plugin_system(), resume=True)
+        job = build(config, run_dir=resume_dir, overrides=overrides, plugins=plugin_system(), resume=True, repair=repair)
+    elif repair:
+        raise ConfigError("--repair goes with --resume RUN_DIR")
     elif config is None:
         raise ConfigError("give a config to run, or --resume RUN_DIR")
     else:

@@ -174,6 +174,8 @@ class ResumeRecord(Record):
     type: Literal["resume"] = "resume"
     games: int = Field(description="Games played up to the snapshot.")
     replayed: int = Field(0, description="Training games that were in flight at the snapshot, played again.")
+    repaired: list[str] = Field(default_factory=list, description="What `--repair` let the run go on with (a cut or "
+                                "edited metrics log), one line each; empty when nothing was damaged.")
 
 
 class StartRecord(Record):

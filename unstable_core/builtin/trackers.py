@@ -76,12 +76,25 @@ class JsonlTracker:
         os.fsync(self.fh.fileno())
         return {"offset": self.fh.tell(), "sha256": self.digest.hexdigest()}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any], repair: bool = False) -> None:
+        """Cut the log back to what the snapshot covers, after checking that those bytes are
+        what was written. ``repair`` (``unstable run --resume RUN_DIR --repair``): go on with a
+        damaged log instead of refusing it, saying what was repaired in ``repaired``."""
         self.fh.flush()
+        self.repaired: str | None = None
         offset, size = int(state["offset"]), os.fstat(self.fh.fileno()).st_size
+        name = os.path.basename(self.path)
         if size < offset:  # deleted (and now made anew) or cut: the records before the snapshot are gone
-            raise ValueError(f"{self.path} holds {size} bytes, fewer than the {offset} the snapshot covers: the log was cut "
-                             "or deleted; put it back, or start a new run")
+            if not repair:
+                raise ValueError(f"{self.path} holds {size} bytes, fewer than the {offset} the snapshot covers: the log was cut "
+                                 f"or deleted; put it back, or go on with what is left (--repair)")
+            with open(self.path, "rb") as f:
+                kept = f.read()
+            kept = kept[: kept.rfind(b"\n") + 1]  # its complete lines
+            os.ftruncate(self.fh.fileno(), len(kept))
+            self.digest = hashlib.sha256(kept)
+            self.repaired = f"{name} held {size} of the {offset} bytes the snapshot covers: its {len(kept)} bytes of complete lines kept"
+            return
         digest = hashlib.sha256()
         with open(self.path, "rb") as f:  # the file itself, not a link (opened with O_NOFOLLOW)
             left = offset
@@ -89,8 +102,10 @@ class JsonlTracker:
                 digest.update(chunk)
                 left -= len(chunk)
         if "sha256" in state and digest.hexdigest() != state["sha256"]:  # snapshots before 2026-11-26 have none
-            raise ValueError(f"{self.path}: its first {offset} bytes are not what the snapshot recorded (SHA-256 differs): "
-                             "the log was edited or replaced; put it back, or start a new run")
+            if not repair:
+                raise ValueError(f"{self.path}: its first {offset} bytes are not what the snapshot recorded (SHA-256 differs): "
+                                 "the log was edited or replaced; put it back, or go on with it as it is (--repair)")
+            self.repaired = f"{name}: its first {offset} bytes differ from what was written (SHA-256): kept as they are"
         os.ftruncate(self.fh.fileno(), offset)  # opened for appending: writes go on from there
         self.digest = digest
 

@@ -53,6 +53,9 @@ class Presenter:
         elif kind == "start":
             resumed = " (resumed)" if record.get("resumed") else ""
             self.write(f"[{self.state.name}] started{resumed}: {self.state.total} {self.state.unit}s in {record.get('run_dir')}")
+        elif kind == "resume" and record.get("repaired"):
+            for line in record["repaired"]:
+                self.write(f"[{self.state.name}] resumed with a repair: {line}")
         elif kind == "end":
             self.write(end_line(self.state))
         elif kind in ("summary", "train") and (self.last_line is None or self.state.time - self.last_line >= self.every_s):

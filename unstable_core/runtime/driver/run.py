@@ -35,10 +35,11 @@ from .state import RunContext
 class RunSteps:
     """One run of ``plan`` from start to end (``execute``); ``roles`` and ``driver`` once built."""
 
-    def __init__(self, plan: RunPlan, plugins: PluginSystem, resume: bool) -> None:
+    def __init__(self, plan: RunPlan, plugins: PluginSystem, resume: bool, repair: bool = False) -> None:
         self.plan = plan
         self.plugins = plugins
         self.resume = resume
+        self.repair = repair
         self.executor: Executor | None = None
         self.roles: RoleHandles | None = None
         self.driver: Driver | None = None
@@ -52,6 +53,7 @@ class RunSteps:
             raise ConfigError(f"training.learning_steps = {plan.config.training.learning_steps} is fewer than the "
                               f"{snapshot[0]} updates {plan.run_dir} has made: a resumed run can only go on")
         output = RunOutput(plan, plugins)
+        output.repair = self.repair
         status: RunStatus = "completed"
         error: str | None = None
         try:

@@ -89,4 +89,5 @@ class Snapshots:
         self.evaluator.load_state_dict(saved.get("eval_rounds", []))  # played first
         state.resumed = True
         replayed = len(full["league"]["in_flight"]) + sum(len(r.specs) for r in self.evaluator.rounds)
-        run.out.log(ResumeRecord(step=step, time=run.out.now(), games=state.games_played, replayed=replayed))
+        run.out.log(ResumeRecord(step=step, time=run.out.now(), games=state.games_played, replayed=replayed,
+                                 repaired=run.out.repaired))

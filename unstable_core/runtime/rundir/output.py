@@ -66,6 +66,8 @@ class RunOutput:
         self.transcript_trackers = [t for t, (spec, opts) in zip(self.trackers, wants) if spec.wants("transcripts", opts)]
         self.transcript_key = derive_seed(plan.config.seed, "transcripts")
         self._transcripts: dict[str, Any] = {}
+        self.repair = False  # on resume: go on with a damaged metrics log (--repair), saying so
+        self.repaired: list[str] = []
 
     def now(self) -> float:
         return round(time.monotonic() - self.start, 3)
@@ -141,9 +143,16 @@ class RunOutput:
             size = state["transcripts"].get(p.name, 0)
             if p.stat().st_size > size:
                 os.truncate(p, size)
+        from ...builtin.trackers import JsonlTracker
+
         for (label, tracker), saved in zip(self.trackers, state["trackers"]):
             try:
-                load_into(tracker, saved)
+                if isinstance(tracker, JsonlTracker):
+                    tracker.load_state_dict(saved, repair=self.repair)
+                    if tracker.repaired:
+                        self.repaired.append(tracker.repaired)
+                else:
+                    load_into(tracker, saved)
             except Exception as exc:
                 raise ComponentError(f"{label}: load_state_dict raised {describe_error(exc)}") from exc
 
