@@ -94,3 +94,19 @@ def test_exploitability_gets_a_panel_of_its_own_with_reference_lines(tmp_path):
     out = plot_runs(runs, tmp_path / "curve.png", references={"uniform": 0.4583, "cfr": 0.0009})
     assert out.stat().st_size > 10_000
     assert "exploitability" not in curves([read_metrics(write_run(tmp_path / "c", {0: 0.5}))])
+
+
+@pytest.mark.parametrize("content,message", [
+    (b'{"type": "start"}\n\x00\xff\n', "metrics.jsonl:2: not valid JSON"),
+    (b'[1, 2]\n', "metrics.jsonl:1: not a record (a JSON object)"),
+    (b'{"type": "eval", "step": 0, "opponent": "x", "win_rate": 0.5, "invalid_rate": 0}\n',
+     "metrics.jsonl:1: a malformed eval record (env_id: field required)"),
+    (b'{"type": "train", "step": "q"}\n', "metrics.jsonl:1: a malformed train record (step: input should be a valid integer"),
+])
+def test_a_damaged_metrics_log_is_one_line_naming_the_line(cli, tmp_path, content, message):
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "metrics.jsonl").write_bytes(content)
+    proc = cli("plot", str(tmp_path / "r"), "--out", str(tmp_path / "c.png"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], lines

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, ValidationError
+
 from .errors import UnstableError
 
 
@@ -19,13 +21,53 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
     if not path.is_file():
         raise UnstableError(f"{run_dir}: no metrics.jsonl (is this a run directory?)")
     records = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for n, line in enumerate(path.read_bytes().splitlines(), 1):
         if line.strip():
             try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
+                record = json.loads(line)
+            except ValueError:  # JSONDecodeError, or bytes that are no UTF-8
                 raise UnstableError(f"{path}:{n}: not valid JSON") from None
+            if not isinstance(record, dict):
+                raise UnstableError(f"{path}:{n}: not a record (a JSON object)")
+            records.append(checked(record, f"{path}:{n}"))
     return records
+
+
+class _Curve(BaseModel):
+    """The fields of a record the curves read, typed (the rest as it is)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    step: int
+
+
+class _EvalPoint(_Curve):
+    env_id: str
+    opponent: str
+    model: str = ""
+    win_rate: float
+    invalid_rate: float
+    policy: dict[str, float] = {}
+
+
+class _TrainPoint(_Curve):
+    loss: float | None = None
+    grad_norm: float | None = None
+
+
+def checked(record: dict[str, Any], where: str) -> dict[str, Any]:
+    """An ``eval`` or ``train`` record with the fields the curves read, of their types; one
+    line naming the line when it has not. Other records pass as they are."""
+    models: dict[Any, type[_Curve]] = {"eval": _EvalPoint, "train": _TrainPoint}
+    model = models.get(record.get("type"))
+    if model is None:
+        return record
+    try:
+        return model.model_validate(record).model_dump(mode="json", exclude_none=True)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or "record"
+        raise UnstableError(f"{where}: a malformed {record['type']} record ({field}: {first['msg'].lower()})") from None
 
 
 @dataclass
