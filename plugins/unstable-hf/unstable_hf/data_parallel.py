@@ -162,6 +162,7 @@ class Workers:
             try:
                 status, payload = _recv(conn)
             except (EOFError, OSError):
+                self.procs[rank - 1].join(timeout=5)
                 raise UnstableError(f"data-parallel learner rank {rank} died while {what} (exit status "
                                     f"{self.procs[rank - 1].exitcode}; its output says why)") from None
             if status == "error":
