@@ -369,6 +369,19 @@ def test_repair_without_resume_is_refused(tmp_path):
                             plugins=unstable_core.load_plugins(extra=[("toy", toy_plugin)]))
 
 
+@pytest.mark.parametrize("link", ["games/train.jsonl", "games"])
+def test_resume_never_cuts_or_writes_transcripts_through_a_symlink(finished, tmp_path, link):
+    target = finished / link
+    outside = tmp_path / ("outside" + ("" if link == "games" else ".jsonl"))
+    target.rename(outside)
+    target.symlink_to(outside)
+    before = sorted((p.name, p.read_bytes()) for p in outside.iterdir()) if link == "games" else outside.read_bytes()
+    message = resume_error(finished, ["training.learning_steps=8"])
+    assert "is a symbolic link" in message and link.split("/")[-1] in message
+    after = sorted((p.name, p.read_bytes()) for p in outside.iterdir()) if link == "games" else outside.read_bytes()
+    assert after == before
+
+
 def test_resume_never_writes_through_a_symlinked_metrics_log(finished, tmp_path):
     outside = tmp_path / "outside.jsonl"
     outside.write_bytes((finished / "metrics.jsonl").read_bytes())

@@ -43,6 +43,8 @@ def prepare_run_dir(path: str | os.PathLike[str], resume: bool = False) -> Path:
         if not resume and run_dir.is_dir() and any((run_dir / m).exists() for m in RUN_MARKERS):
             raise UnstableError(f"run directory {run_dir} already holds a run; choose another --run-dir")
         run_dir.mkdir(parents=True, exist_ok=True)
+        if (run_dir / "games").is_symlink():  # its transcripts would be written wherever it points
+            raise UnstableError(f"run directory {run_dir}: games is a symbolic link; the run's files are written in its directory only")
         (run_dir / "games").mkdir(exist_ok=True)
         probe = run_dir / ".unstable-write-test"
         probe.write_text("")
@@ -114,10 +116,13 @@ class RunOutput:
             return
         fh = self._transcripts.get(game.mode)
         if fh is None:
-            try:
-                fh = self._transcripts[game.mode] = open(self.run_dir / "games" / f"{game.mode}.jsonl", "a", encoding="utf-8", buffering=1 << 20)
+            path = self.run_dir / "games" / f"{game.mode}.jsonl"
+            try:  # never through a symbolic link, as the jsonl tracker
+                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+                fh = self._transcripts[game.mode] = open(fd, "a", encoding="utf-8", buffering=1 << 20)
             except OSError as exc:
-                raise UnstableError(f"run directory {self.run_dir}: cannot write games/{game.mode}.jsonl: {exc.strerror or exc}") from None
+                reason = "it is a symbolic link" if path.is_symlink() else exc.strerror or exc
+                raise UnstableError(f"run directory {self.run_dir}: cannot write games/{game.mode}.jsonl: {reason}") from None
         line = transcript(result, step)
         fh.write(json_line(line))  # flushed with each summary and at the end
         if self.transcript_trackers:
@@ -140,6 +145,8 @@ class RunOutput:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         games = self.run_dir / "games"
         for p in games.glob("*.jsonl"):
+            if p.is_symlink():  # cutting it would cut the file it points to
+                raise UnstableError(f"run directory {self.run_dir}: games/{p.name} is a symbolic link; put the file back")
             size = state["transcripts"].get(p.name, 0)
             if p.stat().st_size > size:
                 os.truncate(p, size)
