@@ -531,13 +531,14 @@ class FactoriesThatRaise:
 def test_config_check_builds_the_cheap_components_and_names_a_factory_that_raises(make_plugin_system):
     """A factory that raises passes the options check; `config check` builds samplers, raters,
     buffers and reward transforms once, so it is one line there, not at the run's start."""
-    from unstable_core.config_check import check_run, factory_problems
+    from unstable_core.config_check import factory_problems
+    from unstable_core.runtime.plan import make_plan
 
     system = make_plugin_system(toy_plugin, ("factories", FactoriesThatRaise()))
     cfg = unstable_core.validate_config(toy_config(model_sampler={"name": "factory-raises"}))
-    check_run(cfg, system, "c.toml")  # its options are fine
-    problems = factory_problems(cfg, system, "c.toml")
+    plan = make_plan(cfg, system, "", "c.toml")  # its options are fine
+    problems = factory_problems(plan, system)
     assert len(problems) == 1
     assert problems[0].startswith("c.toml: model_sampler: model_sampler 'factory-raises' from plugin 'factories'")
     assert "could not be built: KeyError" in problems[0]
-    assert factory_problems(unstable_core.validate_config(toy_config()), system, "c.toml") == []
+    assert factory_problems(make_plan(unstable_core.validate_config(toy_config()), system, "", "c.toml"), system) == []

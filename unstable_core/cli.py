@@ -114,16 +114,18 @@ def config_check(file: str, overrides: tuple[str, ...]) -> None:
     """Validate a config and every chosen component's options, and build the cheap components
     (samplers, rater, buffer, reward transforms); exit 2 on any problem."""
     from .config import load_config
-    from .config_check import check_run, factory_problems, summarize
+    from .config_check import factory_problems, summarize
     from .errors import ConfigError
+    from .runtime.plan import make_plan
 
     cfg = load_config(file, overrides)
     system = plugin_system()
-    resolved = check_run(cfg, system, file)
-    problems = factory_problems(cfg, system, file)
+    plan = make_plan(cfg, system, "", file)  # checks the config once
+    problems = factory_problems(plan, system)
     if problems:
         raise ConfigError(summarize(problems))
-    click.echo(f"{file}: ok ({len(resolved)} components: " + ", ".join(f"{k}={s.name}" for k, (s, _) in resolved.items()) + ")")
+    chosen = {key: recipe.name for key, recipe in plan.recipes.items() if not key.startswith("backends.")}
+    click.echo(f"{file}: ok ({len(chosen)} components: " + ", ".join(f"{k}={name}" for k, name in chosen.items()) + ")")
 
 
 def finite(value: float, name: str) -> float:

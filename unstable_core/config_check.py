@@ -24,6 +24,7 @@ CHECKPOINT_UID = re.compile(r"ckpt-\d+")
 
 if TYPE_CHECKING:  # pragma: no cover
     from .plugins import PluginSystem
+    from .runtime.plan import RunPlan
 
 
 def validate_options(spec: Any, options: Mapping[str, Any], source: str, key: str, strict: bool = False) -> BaseModel:
@@ -217,13 +218,11 @@ def check_run(cfg: RunConfig, system: PluginSystem, source: str = "<config>") ->
 CHEAP_KINDS = ("env_sampler", "model_sampler", "rater", "buffer", "reward_transform")
 
 
-def factory_problems(cfg: RunConfig, system: PluginSystem, source: str = "<config>") -> list[str]:
-    """Build every component of a cheap kind (``CHEAP_KINDS``) of a config that passed
-    ``check_run``, with no run directory; one line for each whose factory fails."""
+def factory_problems(plan: RunPlan, system: PluginSystem) -> list[str]:
+    """Build every component of a cheap kind (``CHEAP_KINDS``) of a checked plan (``make_plan``,
+    no run directory); one line for each whose factory fails."""
     from .runtime.building import Builder
-    from .runtime.plan import make_plan
 
-    plan = make_plan(cfg, system, "", source)
     builder = Builder(plan, system)
     problems = []
     for key, recipe in plan.recipes.items():
@@ -231,5 +230,5 @@ def factory_problems(cfg: RunConfig, system: PluginSystem, source: str = "<confi
             try:
                 builder.build(key)
             except UnstableError as exc:
-                problems.append(f"{source}: {key}: {exc}")
+                problems.append(f"{plan.source}: {key}: {exc}")
     return problems
