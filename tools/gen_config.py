@@ -1,4 +1,4 @@
-"""Write docs/config.md from the RunConfig models: `python docs/gen_config.py`."""
+"""Write docs/config.md from the RunConfig models: `python tools/gen_config.py`."""
 
 from __future__ import annotations
 
@@ -10,9 +10,11 @@ from pydantic_core import PydanticUndefined
 from unstable_core.config import RunConfig
 from unstable_core.types import EnvSpec
 
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
 HEADER = """# Run config reference
 
-Generated from `unstable_core/config.py` by `python docs/gen_config.py`; do not edit by hand.
+Generated from `unstable_core/config.py` by `python tools/gen_config.py`; do not edit by hand.
 
 A run is one TOML file. A section per component picks it by `name`; the section's other keys are
 that component's options, validated by the component's own model (see
@@ -55,7 +57,8 @@ def table(model: type[BaseModel], prefix: str) -> list[str]:
     return lines, nested
 
 
-def main() -> None:
+def main(out_dir: Path = DOCS) -> None:
+    """Write the page into ``out_dir`` (default: docs/)."""
     out = [HEADER, "## Top level", ""]
     lines, nested = table(RunConfig, "")
     out += lines + [""]
@@ -69,7 +72,7 @@ def main() -> None:
     out += table(OpponentConfig, "opponents[].")[0] + [""]
     out += ["## `[[train_envs]]` and `[[eval_envs]]` (EnvSpec)", "", "A plain string is an env id with every other key at its default.", ""]
     out += table(EnvSpec, "train_envs[].")[0] + [""]
-    Path(__file__).with_name("config.md").write_text("\n".join(out).rstrip() + "\n")
+    (out_dir / "config.md").write_text("\n".join(out).rstrip() + "\n")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Write docs/hooks.md from unstable_core/hookspecs.py: `python docs/gen_hooks.py`.
+"""Write docs/hooks.md from unstable_core/hookspecs.py: `python tools/gen_hooks.py`.
 
 tests/test_hooks.py checks that every hook has a section with its exact signature."""
 
@@ -11,9 +11,11 @@ from pathlib import Path
 from unstable_core import hookspecs
 from unstable_core.components import KINDS
 
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
 HEADER = """# Hook reference
 
-Generated from `unstable_core/hookspecs.py` by `python docs/gen_hooks.py`; do not edit by hand.
+Generated from `unstable_core/hookspecs.py` by `python tools/gen_hooks.py`; do not edit by hand.
 
 Implement any hook with the `hookimpl` marker in a module (or object) that your distribution
 exposes as an entry point of group `unstable` (see [writing-a-plugin.md](writing-a-plugin.md)):
@@ -56,7 +58,8 @@ def section(name: str) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def main(out_dir: Path = DOCS) -> None:
+    """Write the page into ``out_dir`` (default: docs/)."""
     registration = [k.hook for k in KINDS.values()]
     lifecycle = [n for n in hookspecs.all_hook_names() if n not in registration and n != "unstable_register_commands"]
     out = [HEADER.rstrip("\n")]
@@ -64,7 +67,7 @@ def main() -> None:
     out += ["", "## Registration hooks", ""] + [section(n) for n in registration]
     out += ["## Lifecycle hooks", ""] + [section(n) for n in lifecycle]
     out += ["## CLI", "", section("unstable_register_commands")]
-    Path(__file__).with_name("hooks.md").write_text("\n".join(out).rstrip() + "\n")
+    (out_dir / "hooks.md").write_text("\n".join(out).rstrip() + "\n")
 
 
 if __name__ == "__main__":
