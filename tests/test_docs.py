@@ -48,3 +48,20 @@ def test_every_link_to_a_section_of_the_docs_finds_it():
             if not path.exists() or anchor not in _anchors(path.read_text()):
                 broken.append(f"{page.relative_to(ROOT)}: {target or '(itself)'}#{anchor}")
     assert not broken, "\n".join(broken)
+
+
+def test_readme_is_a_reference_and_no_page_speaks_of_sessions():
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) < 200
+    pages = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted(DOCS.glob("*.md"))]
+    diary = [f"{p.relative_to(ROOT)}:{n}" for p in pages for n, line in enumerate(p.read_text().splitlines(), 1)
+             if re.search(r"\bsessions?\b", line, re.I)]
+    assert not diary, diary
+
+
+def test_the_index_lists_every_page():
+    index = (DOCS / "index.md").read_text()
+    missing = [p.name for p in DOCS.glob("*.md") if p.name != "index.md" and f"({p.name})" not in index]
+    assert not missing, missing
