@@ -104,3 +104,42 @@ def test_watch_skips_what_is_no_record_and_names_a_metrics_path_it_cannot_read(c
     metrics.mkdir()
     out = cli("watch", str(run), "--once")
     assert out.returncode == 2 and "metrics.jsonl: Is a directory" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_catalogs_read_whole_at_80_columns(cli):
+    """At 80 columns no line is wider, and every plugin and component name is printed whole."""
+    import re
+
+    env = {"COLUMNS": "80"}
+    components = json.loads(cli("components", "list", "--json").stdout)
+    plugins = json.loads(cli("plugins", "list", "--all", "--json").stdout)
+    renders = {args: cli(*args, env=env) for args in [
+        ("plugins", "list", "--all"), ("plugins", "list", "--all", "--long"), ("components", "list"),
+        ("components", "show", "reward_transform", "group-baseline"),
+    ]}
+    for args, done in renders.items():
+        assert done.returncode == 0, done.stderr
+        wide = [line for line in done.stdout.splitlines() if len(line) > 80]
+        assert not wide, (args, wide)
+    def whole(name, text):
+        return re.search(rf"(?<![\w.-]){re.escape(name)}(?![\w-])", text) is not None
+    for p in plugins:
+        for args in (("plugins", "list", "--all"), ("plugins", "list", "--all", "--long")):
+            assert whole(p["name"], renders[args].stdout), (args, p["name"])
+        for component in p["components"]:
+            kind, name = component.split(":")
+            assert whole(kind + ":", renders[("plugins", "list", "--all")].stdout), component
+            assert whole(name, renders[("plugins", "list", "--all")].stdout), component
+    for c in components:
+        assert whole(c["name"], renders[("components", "list")].stdout) and whole(c["plugin"], renders[("components", "list")].stdout)
+    assert "'mean' | 'leave-one-out'" in renders[("components", "show", "reward_transform", "group-baseline")].stdout
+
+
+def test_every_command_has_a_whole_summary_and_an_example(cli):
+    top = cli("--help", env={"COLUMNS": "80"}).stdout
+    summaries = top.split("Commands:")[1].strip().splitlines()
+    assert summaries and not [s for s in summaries if s.rstrip().endswith("...")], summaries
+    for args in (["run"], ["watch"], ["plot"], ["config", "check"], ["config", "schema"], ["plugins", "list"],
+                 ["components", "list"], ["components", "show"], ["envs", "list"]):
+        done = cli(*args, "--help", env={"COLUMNS": "80"})
+        assert done.returncode == 0 and "Example: unstable " + args[0] in done.stdout, (args, done.stdout)

@@ -33,7 +33,7 @@ def cli(verbose: bool) -> None:
 # -- run ----------------------------------------------------------------------------------------
 
 
-@cli.command()
+@cli.command(short_help="Train, play a tournament, or resume a run.")
 @click.argument("config", type=click.Path(dir_okay=False), required=False)
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a config key (repeatable).")
 @click.option("--run-dir", type=click.Path(file_okay=False), default=None, help="Run directory (default runs/NAME-TIME).")
@@ -42,7 +42,12 @@ def cli(verbose: bool) -> None:
 @click.option("--repair", is_flag=True, help="With --resume: go on with a metrics log that was cut, deleted or edited "
               "within what the snapshot covers (its complete lines are kept; the resume record says what) instead of refusing it.")
 def run(config: str | None, overrides: tuple[str, ...], run_dir: str | None, resume_dir: str | None, repair: bool) -> None:
-    """Run a config: train, or without a learner play a tournament; or resume a run."""
+    """Run a config: train, or without a learner play a tournament; or resume a run.
+
+    \b
+    Example: unstable run examples/kuhn-tiny.toml --set training.learning_steps=20
+             unstable run --resume runs/kuhn-tiny-20261126-101500
+    """
     from .api import build
     from .errors import ConfigError, RunInterrupted
 
@@ -99,20 +104,28 @@ def config_group() -> None:
     """Run configs."""
 
 
-@config_group.command("schema")
+@config_group.command("schema", short_help="JSON Schema of the run config, plugins included.")
 def config_schema() -> None:
-    """Print the JSON Schema of the run config, every plugin's options included."""
+    """Print the JSON Schema of the run config, every plugin's options included.
+
+    \b
+    Example: unstable config schema > unstable.schema.json
+    """
     from .config_schema import config_json_schema
 
     print_json(config_json_schema(plugin_system()))
 
 
-@config_group.command("check")
+@config_group.command("check", short_help="Validate a config and every plugin option.")
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a config key (repeatable).")
 def config_check(file: str, overrides: tuple[str, ...]) -> None:
     """Validate a config and every chosen component's options, and build the cheap components
-    (samplers, rater, buffer, reward transforms); exit 2 on any problem."""
+    (samplers, rater, buffer, reward transforms); exit 2 on any problem.
+
+    \b
+    Example: unstable config check examples/kuhn-tiny.toml --set learner.lr=1e-3
+    """
     from .config import load_config
     from .config_check import factory_problems, summarize
     from .errors import ConfigError
@@ -138,7 +151,7 @@ def finite(value: float, name: str) -> float:
 # -- plot -----------------------------------------------------------------------------------------
 
 
-@cli.command()
+@cli.command(short_help="Learning curves of one or more runs, as a PNG.")
 @click.argument("run_dirs", metavar="RUN_DIR [RUN_DIR ...]", nargs=-1, required=True, type=click.Path(file_okay=False))
 @click.option("--out", type=click.Path(dir_okay=False), default=None,
               help="PNG to write (default RUN_DIR/curve.png for one run, ./curve.png for several).")
@@ -149,7 +162,11 @@ def finite(value: float, name: str) -> float:
 def plot(run_dirs: tuple[str, ...], out: str | None, ceiling: float | None, references: tuple[str, ...]) -> None:
     """Plot evaluation curves (win and invalid-move rates per env and opponent, exploitability
     where evaluations have it) and training loss; several runs (seeds) on one figure as their
-    mean and range."""
+    mean and range.
+
+    \b
+    Example: unstable plot runs/seed0 runs/seed1 runs/seed2 --ceiling 0.771 --out curve.png
+    """
     from .plotting import plot_runs
 
     lines: dict[str, float] = {}
@@ -168,7 +185,7 @@ def plot(run_dirs: tuple[str, ...], out: str | None, ceiling: float | None, refe
 # -- watch ----------------------------------------------------------------------------------------
 
 
-@cli.command()
+@cli.command(short_help="The live dashboard of a run going on elsewhere.")
 @click.argument("run_dir", type=click.Path(file_okay=False))
 @click.option("--refresh", "refresh_s", type=click.FloatRange(min=0.05, max=3600), default=1.0, show_default=True,
               callback=lambda ctx, param, value: finite(value, "--refresh"), help="Seconds between reads of the run directory.")
@@ -176,7 +193,11 @@ def plot(run_dirs: tuple[str, ...], out: str | None, ceiling: float | None, refe
 @click.option("--plain", is_flag=True, help="Plain lines even on a terminal.")
 def watch(run_dir: str, refresh_s: float, once: bool, plain: bool) -> None:
     """Follow a run in progress elsewhere (another terminal, a cluster's driver) from its run
-    directory: the console tracker's dashboard, refreshed until the run ends."""
+    directory: the console tracker's dashboard, refreshed until the run ends.
+
+    \b
+    Example: unstable watch runs/kuhn-tiny-20261126-101500 --refresh 2
+    """
     import signal
 
     from .dashboard.watch import watch as follow

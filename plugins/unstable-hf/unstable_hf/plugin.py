@@ -52,11 +52,15 @@ def unstable_register_commands(cli: Any) -> None:
     def models() -> None:
         """Models (unstable-hf)."""
 
-    @models.command("init-tiny")
+    @models.command("init-tiny", short_help="Build a tiny local model (no download).")
     @click.argument("path", type=click.Path(file_okay=False))
     @click.option("--spec", default="tiny", show_default=True, help="Tiny model spec: tiny[:ENV,ENV][?key=value&...].")
     def init_tiny(path: str, spec: str) -> None:
-        """Build a tiny Qwen3-architecture model with a locally trained tokenizer at PATH."""
+        """Build a tiny Qwen3-architecture model with a locally trained tokenizer at PATH.
+
+        \b
+        Example: unstable models init-tiny models/tiny --spec 'tiny:TicTacToe-v0-train?sft_steps=300'
+        """
         from unstable_core import UnstableError
 
         from .tiny import TinySpec, build_tiny

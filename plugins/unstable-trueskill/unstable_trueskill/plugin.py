@@ -191,12 +191,16 @@ def unstable_model_samplers() -> list[ModelSamplerSpec]:
 def unstable_register_commands(cli: Any) -> None:
     import click
 
-    @cli.command()
+    @cli.command(short_help="TrueSkill leaderboard of a run.")
     @click.argument("run_dir", type=click.Path(file_okay=False))
     @click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of a table.")
     @click.option("--heatmap", type=click.Path(dir_okay=False), default=None, help="Write the match-count heatmap (PNG).")
     def ratings(run_dir: str, as_json: bool, heatmap: str | None) -> None:
-        """Leaderboard of a run: uid, mu, sigma, mu - 3 sigma, games, wins, draws, losses."""
+        """Leaderboard of a run: uid, mu, sigma, mu - 3 sigma, games, wins, draws, losses.
+
+        \b
+        Example: unstable ratings runs/trueskill-tournament-20261126-101500 --heatmap matches.png
+        """
         from .leaderboard import draw_heatmap, leaderboard, load_snapshot, print_table
 
         snap = load_snapshot(run_dir)
