@@ -224,11 +224,41 @@ def test_progress_lines_without_a_dashboard_and_into_a_live_one(capsys):
         with task("loading tiny-abc", total=2) as t:
             t.advance()
             seen.append(presenter.state.setup)
-            assert "loading tiny-abc 1/2" in render_text(presenter.state, 80).splitlines()[0]
-        assert seen == [("loading tiny-abc", 1, 2)] and presenter.state.setup is None
+            assert "loading tiny-abc 1/2 · " in render_text(presenter.state, 80).splitlines()[0]
+        assert seen == [t] and presenter.state.setup is None
     finally:
         presenter.close()
     assert set_sink(None) is None  # closing gave the sink back
+
+
+def test_set_up_progress_tells_its_rate_and_time_left_and_the_clock_moves(monkeypatch, capsys):
+    """A slow set-up step (a fake clock: 2 s a step) is reported with its rate, time left and
+    time spent, as plain lines and in the live header; the live elapsed clock runs between records."""
+    import unstable_core.dashboard.state as state_module
+    import unstable_core.progress as progress
+
+    now = [1000.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
+    with task("warm start", total=5) as t:
+        for _ in range(2):
+            now[0] += 2.0
+            t.advance()
+        assert t.text() == "2/5 · 0.50/s · eta 0:06 · 0:04"
+        now[0] += 7.0  # a slow step: a line every EVERY_S seconds
+        t.advance()
+    err = capsys.readouterr().err.splitlines()
+    assert "unstable: warm start: 3/5 · 0.27/s · eta 0:07 · 0:11" in err, err
+    assert err[-1] == "unstable: warm start: done in 11.0 s"
+
+    state = folded(recorded()[:1])  # the start record only: no step yet
+    state.status, state.clock = "running", (now[0], 0.0)
+    monkeypatch.setattr(state_module.time, "monotonic", lambda: now[0])
+    with task("building tiny model", total=None) as t:
+        state.setup = t
+        now[0] += 65.0
+        first = render_text(state, 80).splitlines()[0]
+        assert "building tiny model 1:05" in first, first
+        assert "elapsed 1:05" in render_text(state, 80), "the run's clock moves before any record"
 
 
 def test_evaluations_with_exact_policy_metrics_show_the_exploitability():

@@ -10,8 +10,9 @@ weights), for plugins to report::
 
 Where it shows: in the ``console`` tracker's live dashboard when one is up (it registers itself
 with ``set_sink``), else as plain lines on stderr: one when the work starts, one every
-``EVERY_S`` seconds while it goes on, and one with its duration when it ends. Thread-safe: roles
-are built in a worker thread.
+``EVERY_S`` seconds while it goes on (done/total, rate, time left, time spent:
+``warm start: 47/150 · 9.4/s · eta 0:11 · 0:05``), and one with its duration when it ends.
+Thread-safe: roles are built in a worker thread.
 
 ``verbose()`` says whether third-party output (transformers' progress bars, deprecation
 warnings) should be shown: ``unstable --verbose`` sets ``UNSTABLE_VERBOSE=1``.
@@ -29,8 +30,8 @@ from contextlib import contextmanager
 EVERY_S = 5.0
 VERBOSE_ENV = "UNSTABLE_VERBOSE"
 
-#: (description, done, total or None, finished) -> None; set by a live dashboard
-Sink = Callable[[str, int, "int | None", bool], None]
+#: (task, finished) -> None; set by a live dashboard, which shows ``task.text()``
+Sink = Callable[["Task", bool], None]
 _sink: Sink | None = None
 _lock = threading.Lock()
 
@@ -48,17 +49,37 @@ def set_sink(sink: Sink | None) -> Sink | None:
     return previous
 
 
+def clock(seconds: float) -> str:
+    """Seconds as m:ss (h:mm:ss from an hour)."""
+    h, rem = divmod(int(round(seconds)), 3600)
+    m, sec = divmod(rem, 60)
+    return f"{h}:{m:02d}:{sec:02d}" if h else f"{m}:{sec:02d}"
+
+
 class Task:
+    """One piece of set-up work: what it is, how far it got, and since when."""
+
     def __init__(self, description: str, total: int | None) -> None:
         self.description, self.total = description, total
         self.done = 0
         self.began = self.last_line = time.monotonic()
 
+    def text(self, now: float | None = None) -> str:
+        """How far it got: ``47/150 · 9.4/s · eta 0:11 · 0:05`` (rate and time left once a step is done)."""
+        elapsed = (time.monotonic() if now is None else now) - self.began
+        parts = [f"{self.done}/{self.total}" if self.total else str(self.done)] if self.done else []
+        if self.done and elapsed > 0:
+            rate = self.done / elapsed
+            parts.append(f"{rate:.2f}/s" if rate < 10 else f"{rate:.1f}/s" if rate < 100 else f"{rate:,.0f}/s")
+            if self.total:
+                parts.append(f"eta {clock(max(self.total - self.done, 0) / rate)}")
+        return " · ".join([*parts, clock(elapsed)])
+
     def _emit(self, finished: bool) -> None:
         with _lock:
             sink = _sink
         if sink is not None:
-            sink(self.description, self.done, self.total, finished)
+            sink(self, finished)
             return
         now = time.monotonic()
         if finished:
@@ -66,7 +87,7 @@ class Task:
         elif self.done == 0:
             line = f"{self.description} ..."
         elif now - self.last_line >= EVERY_S:
-            line = f"{self.description}: {self.done}/{self.total}" if self.total else f"{self.description}: {self.done}"
+            line = f"{self.description}: {self.text(now)}"
         else:
             return
         self.last_line = now

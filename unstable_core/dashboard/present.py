@@ -5,14 +5,17 @@ a last line when the run ends)."""
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-from ..progress import set_sink
+from ..progress import Task, set_sink
 from .lines import end_line, eval_line, progress_line
 from .state import DashboardState
 from .view import render
+
+TICK_S = 1.0
 
 
 class Presenter:
@@ -29,22 +32,33 @@ class Presenter:
         self.last_line: float | None = None  # run time of the last progress line
         self.live: Any = None
         self.previous_sink: Any = None
+        self.drawing = threading.RLock()
         if self.live_enabled:
             from rich.live import Live
 
             self.live = Live(console=self.console, auto_refresh=False, transient=False,
                              get_renderable=lambda: render(self.state, self.console.width))
             self.live.start()
+            self.state.clock = (time.monotonic(), 0.0)
             self.previous_sink = set_sink(self.on_progress)  # set-up work shows in the header
+            self.ticking = threading.Event()
+            self.ticker = threading.Thread(target=self.tick, name="unstable-dashboard-clock", daemon=True)
+            self.ticker.start()
 
-    def on_progress(self, description: str, done: int, total: int | None, finished: bool) -> None:
+    def tick(self) -> None:
+        """Redraw every second, so the clocks move while no record comes (set-up, evaluations)."""
+        while not self.ticking.wait(TICK_S):
+            self.refresh(force=True)
+
+    def on_progress(self, task: Task, finished: bool) -> None:
         """Set-up work (``unstable_core.progress``), from any thread."""
-        self.state.setup = None if finished else (description, done, total)
-        self.refresh(force=finished or done == 0)
+        self.state.setup = None if finished else task
+        self.refresh(force=finished or task.done == 0)
 
     def add(self, record: Mapping[str, Any]) -> None:
         self.state.add(record)
         if self.live is not None:
+            self.state.clock = (time.monotonic(), self.state.time)
             self.refresh()
             return
         kind = record.get("type")
@@ -65,9 +79,10 @@ class Presenter:
 
     def refresh(self, force: bool = False) -> None:
         now = time.monotonic()
-        if self.live is not None and (force or now - self.last_draw >= self.refresh_s):
-            self.last_draw = now
-            self.live.refresh()
+        with self.drawing:  # the tracker's thread, set-up work's threads and the clock all draw
+            if self.live is not None and (force or now - self.last_draw >= self.refresh_s):
+                self.last_draw = now
+                self.live.refresh()
 
     def write(self, line: str) -> None:
         print(line, file=self.file, flush=True)
@@ -75,6 +90,9 @@ class Presenter:
     def close(self) -> None:
         if self.live is not None:
             set_sink(self.previous_sink)
-            self.live.refresh()
-            self.live.stop()
-            self.live = None
+            self.ticking.set()
+            self.ticker.join()
+            with self.drawing:
+                self.live.refresh()
+                self.live.stop()
+                self.live = None

@@ -7,9 +7,13 @@ taken as dicts (``record.model_dump()`` or a parsed JSON line); unknown types ar
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..progress import Task
 
 RATE_WINDOW_S = 30.0  # throughput is measured over the last this many seconds of summaries
 LEARNER_WINDOW = 5  # learner tokens/s: over the last this many updates
@@ -22,8 +26,9 @@ class DashboardState:
         self.total = 0
         self.status = "starting"  # starting | running | completed | interrupted | failed
         self.error: str | None = None
-        self.setup: tuple[str, int, int | None] | None = None  # set-up work going on (unstable_core.progress)
+        self.setup: Task | None = None  # set-up work going on (unstable_core.progress)
         self.time = 0.0  # seconds since the run started, of the latest record
+        self.clock: tuple[float, float] | None = None  # (monotonic, run time) when a live view last synced
         self.step = 0
         self.games = 0
         self.failed = 0
@@ -95,6 +100,14 @@ class DashboardState:
     @property
     def unit(self) -> str:
         return "step" if self.mode == "train" else "game"
+
+    def elapsed_s(self) -> float:
+        """Seconds since the run started: while it runs in a live view, the wall clock since the
+        latest record is added, so the clock moves between records (set-up, a long evaluation)."""
+        if self.clock is None or self.status not in ("starting", "running"):
+            return self.time
+        mono, run_time = self.clock
+        return max(self.time, run_time + time.monotonic() - mono)
 
     def eta_s(self) -> float | None:
         """Seconds left at the pace since progress began; None before there is a pace."""

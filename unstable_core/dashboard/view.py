@@ -43,7 +43,7 @@ def progress_text(state: DashboardState) -> str:
     pct = f" {100 * done / total:.0f}%" if total else ""
     eta = state.eta_s()
     eta_text = "" if state.status != "running" else f" · eta {duration(eta)}"
-    return f"{state.unit} {done}/{total}{pct} · elapsed {duration(state.time)}{eta_text}"
+    return f"{state.unit} {done}/{total}{pct} · elapsed {duration(state.elapsed_s())}{eta_text}"
 
 
 def pack(parts: list[str], width: int, sep: str = " · ") -> list[str]:
@@ -206,8 +206,7 @@ def render(state: DashboardState, width: int) -> Any:
     if state.error:
         head.append(f" · {state.error}", style="red")
     if state.setup is not None:
-        description, done, total = state.setup
-        head.append(f" · {description}" + (f" {done}/{total}" if total else ""), style="yellow")
+        head.append(f" · {state.setup.description} {state.setup.text()}", style="yellow")
     bar = Table.grid(padding=(0, 1))
     bar.add_column(no_wrap=True)
     bar.add_column(no_wrap=True)
