@@ -195,6 +195,22 @@ def test_a_component_that_raises_is_named(make_plugin_system, tmp_path, override
         run_within_deadline(system, toy_config(**overrides), tmp_path / "r")
 
 
+def test_a_failed_start_does_not_block_the_rerun_that_fixes_it(make_plugin_system, tmp_path):
+    """A run that failed before it played or saved anything (here: its learner cannot be built)
+    leaves a run directory that the fixed config may use again; a run that played is refused."""
+    system = make_plugin_system(toy_plugin, ("broken", Broken()))
+    run_dir = tmp_path / "r"
+    with pytest.raises(PluginError, match="could not be built"):
+        run_within_deadline(system, toy_config(learner={"name": "factory-raises"}, trackers=[{"name": "jsonl"}]), run_dir)
+    assert json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])["status"] == "failed"
+    fixed = toy_config(training={"learning_steps": 1, "batch_size": 8}, trackers=[{"name": "jsonl"}])
+    run_within_deadline(system, fixed, run_dir)
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["type"] for r in records].count("start") == 1 and records[-1]["status"] == "completed"
+    with pytest.raises(UnstableError, match="already holds a run.*unstable run --resume"):
+        run_within_deadline(system, fixed, run_dir)
+
+
 def test_a_run_whose_every_game_fails_is_a_failed_run(make_plugin_system, tmp_path):
     cfg = {"name": "t", "env": {"name": "toy"}, "train_envs": [{"env_id": "PickBest-v0", "kwargs": {"no_such_kwarg": 1}}],
            "opponents": ["random-valid", "first-valid"], "model_sampler": {"name": "fixed"},

@@ -319,3 +319,32 @@ def test_no_config_value_runs_a_model_directorys_code_unless_trust_remote_code_i
                               text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=120)
         assert done.returncode == 2 and "inference.trust_remote_code: input should be a valid boolean" in done.stderr, done.stderr
         assert not marker.exists()
+
+
+def test_a_model_that_cannot_be_loaded_is_a_config_error_before_the_run(tiny_path, tmp_path, monkeypatch):
+    """A local folder that is missing or holds no config.json, or a hub id that is not in the
+    local cache while the hub is offline: one line at config check, no run directory made."""
+    import subprocess
+    import sys
+
+    from unstable_hf.loading import model_problem
+
+    (tmp_path / "empty").mkdir()
+    assert model_problem(str(tiny_path)) is None
+    assert model_problem(str(tmp_path / "nope")) == f"model {str(tmp_path / 'nope')!r}: no such folder"
+    assert "has no config.json" in model_problem(str(tmp_path / "empty"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    assert model_problem("someone/not-cached-model") is None  # online: it is downloaded at the run's start
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))  # an empty cache
+    assert "not in the local Hugging Face cache and the hub is offline" in model_problem("someone/not-cached-model")
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'name = "x"\ntrain_envs = ["KuhnPoker-v0-train"]\nopponents = ["random-valid"]\n'
+                   f'[model]\nmodel = "{tmp_path / "nope"}"\n[inference]\nname = "hf"\n')
+    for args in (["config", "check", str(cfg)], ["run", str(cfg), "--run-dir", str(tmp_path / "run")]):
+        done = subprocess.run([sys.executable, "-m", "unstable_core.cli", *args], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and done.stderr.strip().count("\n") == 0, done.stderr
+        assert "model: model" in done.stderr and "no such folder" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "run").exists()

@@ -42,6 +42,27 @@ def resolve_model_path(name: str, options: ModelLoadOptions | None = None) -> st
     return name
 
 
+def model_problem(name: str) -> str | None:
+    """Why ``from_pretrained(name)`` cannot work here, or None, found without loading anything: a
+    local folder (a path that exists, or starts with '/', '.' or '~', or has more than one '/')
+    must hold a config.json; a hub id must be in the local Hugging Face cache when the hub is
+    offline (``HF_HUB_OFFLINE`` or ``TRANSFORMERS_OFFLINE``)."""
+    path = Path(name).expanduser()
+    if path.exists() or name.startswith(("/", ".", "~")) or name.count("/") > 1:
+        if not path.is_dir():
+            return f"model {name!r}: no such folder"
+        if not (path / "config.json").is_file():
+            return f"model {name!r}: the folder has no config.json (a model saved with save_pretrained has one)"
+        return None
+    offline = any(os.environ.get(v, "") not in ("", "0", "false") for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+    if offline:
+        from huggingface_hub import try_to_load_from_cache
+
+        if not isinstance(try_to_load_from_cache(name, "config.json"), str):
+            return f"model {name!r} is not in the local Hugging Face cache and the hub is offline (HF_HUB_OFFLINE)"
+    return None
+
+
 def quiet_third_party() -> None:
     """Silence transformers' progress bars ("Loading weights", "Writing model shards"), its
     info logging and the deprecation warning peft triggers (``is_gradient_checkpointing``),

@@ -27,6 +27,12 @@ def check_model(ref: ModelRef) -> None:
         from .tiny import TinySpec
 
         TinySpec.parse(ref.model).check_agents()
+        return
+    from .loading import model_problem
+
+    problem = model_problem(ref.model)
+    if problem is not None:
+        raise ValueError(problem)
 
 
 @hookimpl

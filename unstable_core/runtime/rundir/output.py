@@ -7,6 +7,7 @@ OS error on it is one line naming the path. Trackers are built here, from the pl
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -33,15 +34,37 @@ def _clip(text: str, limit: int = TRANSCRIPT_TEXT_LIMIT) -> str:
     return text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} more chars]"
 
 
+def failed_start(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds only a run that failed before it played a game or saved
+    anything: no snapshot, no checkpoint, no game, and a metrics log of its start and its failed
+    end (what a model that cannot be loaded leaves, say)."""
+    if any((run_dir / name).exists() for name in ("state", "checkpoints", "registry.json")):
+        return False
+    if any(p.stat().st_size for p in (run_dir / "games").glob("*") if p.is_file() and not p.is_symlink()):
+        return False
+    try:
+        lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+        records = [json.loads(line) for line in lines if line.strip()]
+    except (OSError, ValueError):
+        return False
+    return len(records) == 2 and records[0].get("type") == "start" and records[1].get("type") == "end" \
+        and records[1].get("status") == "failed" and not records[1].get("games")
+
+
 def prepare_run_dir(path: str | os.PathLike[str], resume: bool = False) -> Path:
     """Make the run directory and its ``games/`` folder; refuse one that already holds a run
-    (unless resuming it)."""
+    (unless resuming it). The files of a failed start (``failed_start``) are replaced: such a
+    directory does not block the rerun that fixes the config."""
     if not str(path).strip():
         raise UnstableError("run directory '': give a path (--run-dir)")
     run_dir = Path(path)
     try:
         if not resume and run_dir.is_dir() and any((run_dir / m).exists() for m in RUN_MARKERS):
-            raise UnstableError(f"run directory {run_dir} already holds a run; choose another --run-dir")
+            if not failed_start(run_dir):
+                raise UnstableError(f"run directory {run_dir} already holds a run; choose another --run-dir "
+                                    f"(or go on with it: unstable run --resume {run_dir})")
+            for name in ("config.json", "metrics.jsonl", "plugins.json"):
+                (run_dir / name).unlink(missing_ok=True)
         run_dir.mkdir(parents=True, exist_ok=True)
         if (run_dir / "games").is_symlink():  # its transcripts would be written wherever it points
             raise UnstableError(f"run directory {run_dir}: games is a symbolic link; the run's files are written in its directory only")
