@@ -110,3 +110,28 @@ def test_a_damaged_metrics_log_is_one_line_naming_the_line(cli, tmp_path, conten
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], lines
+
+
+def test_one_run_has_standard_errors_runs_of_unequal_length_are_named_and_a_tournament_is_bars(cli, tmp_path):
+    from unstable_core.plotting import binomial_se, is_tournament, read_metrics
+
+    a = write_run(tmp_path / "a", {0: 0.5, 20: 0.7, 40: 0.75})
+    b = write_run(tmp_path / "b", {0: 0.6, 20: 0.6})
+    one = curves([read_metrics(a)])["win rate"]["KuhnPoker-v0-train vs random-valid"]
+    assert one.error == pytest.approx([(0.5 * 0.5 / 400) ** 0.5, (0.7 * 0.3 / 400) ** 0.5, (0.75 * 0.25 / 400) ** 0.5])
+    assert binomial_se(0.5, 0) == 0.0
+    assert curves([read_metrics(a), read_metrics(b)])["win rate"]["KuhnPoker-v0-train vs random-valid"].error is None
+    warned = []
+    plot_runs([a, b], tmp_path / "ab.png", warn=warned.append)
+    assert warned == ["the runs differ in length (a: step 40, b: step 20); the curves stop at step 20, the last every run reached"]
+    done = cli("plot", str(a), str(b), "--out", str(tmp_path / "cli.png"))
+    assert done.returncode == 0 and done.stderr.startswith("warning: the runs differ in length (a: step 40, b: step 20)")
+
+    tournament = tmp_path / "t"
+    tournament.mkdir()
+    records = [r for r in read_metrics(a) if r["type"] == "eval" and r["step"] == 0]
+    records += [{**records[0], "model": "greedy", "win_rate": 0.9}]
+    (tournament / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert is_tournament([read_metrics(tournament)]) and not is_tournament([read_metrics(a)])
+    out = plot_runs([tournament], tmp_path / "bars.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -178,7 +178,7 @@ def plot(run_dirs: tuple[str, ...], out: str | None, ceiling: float | None, refe
             raise click.BadParameter(f"{item!r}: expected NAME=NUMBER", param_hint="--reference") from None
         if not eq or not name:
             raise click.BadParameter(f"{item!r}: expected NAME=NUMBER", param_hint="--reference")
-    path = plot_runs(list(run_dirs), out, ceiling, lines)
+    path = plot_runs(list(run_dirs), out, ceiling, lines, warn=lambda text: click.echo(f"warning: {text}", err=True))
     click.echo(f"plot written to {path}")
 
 

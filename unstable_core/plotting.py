@@ -1,12 +1,16 @@
 """`unstable plot RUN_DIR [RUN_DIR ...]`: evaluation and training curves from metrics.jsonl
-(matplotlib). Several runs (seeds of one config) are drawn as their mean with a band from the
-lowest to the highest run, at the steps every run reached."""
+(matplotlib). One run's evaluations carry error bars (the binomial standard error of a rate over
+its games); several runs (seeds of one config) are drawn as their mean with a band from the
+lowest to the highest run, at the steps every run reached, and runs that differ in length or
+status are named in a warning. A tournament (evaluations at one step, no training) is drawn as
+bars, one per (env, model, opponent)."""
 
 from __future__ import annotations
 
 import json
 import statistics
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +49,7 @@ class _EvalPoint(_Curve):
     env_id: str
     opponent: str
     model: str = ""
+    games: int = 0
     win_rate: float
     invalid_rate: float
     policy: dict[str, float] = {}
@@ -72,21 +77,47 @@ def checked(record: dict[str, Any], where: str) -> dict[str, Any]:
 
 @dataclass
 class Spread:
-    """One curve over several runs: at each step every run has, the mean, lowest and highest."""
+    """One curve over several runs: at each step every run has, the mean, lowest and highest;
+    for one run's rates, ``error`` holds each point's binomial standard error."""
 
     steps: list[int]
     mean: list[float]
     low: list[float]
     high: list[float]
     runs: int
+    error: list[float] | None = None
 
 
-def spread(runs: list[dict[int, float]]) -> Spread:
-    """Mean and range of several runs' values ({step: value} each), at the steps all runs have."""
+def spread(runs: list[dict[int, float]], games: list[dict[int, int]] | None = None) -> Spread:
+    """Mean and range of several runs' values ({step: value} each), at the steps all runs have;
+    with one run and the ``games`` each rate was measured over, its standard errors."""
     steps = sorted(set.intersection(*(set(r) for r in runs))) if runs else []
     columns = [[r[s] for r in runs] for s in steps]
-    return Spread(steps, [statistics.fmean(c) for c in columns], [min(c) for c in columns], [max(c) for c in columns],
-                  len(runs))
+    out = Spread(steps, [statistics.fmean(c) for c in columns], [min(c) for c in columns], [max(c) for c in columns], len(runs))
+    if len(runs) == 1 and games:
+        out.error = [binomial_se(runs[0][s], games[0].get(s, 0)) for s in steps]
+    return out
+
+
+def binomial_se(rate: float, games: int) -> float:
+    """The standard error of a rate measured over ``games`` games (0 when there were none)."""
+    return (rate * (1 - rate) / games) ** 0.5 if games > 0 else 0.0
+
+
+def extent_warnings(runs: list[list[dict]], names: list[str]) -> list[str]:
+    """One line when the runs differ in length (the last learner step each reached) or in how
+    they ended: the curves show only the steps every run reached."""
+    if len(runs) < 2:
+        return []
+    last = [max((r.get("step", 0) for r in records if r.get("type") in ("eval", "train")), default=0) for records in runs]
+    status = [next((str(r.get("status")) for r in reversed(records) if r.get("type") == "end"), "running") for records in runs]
+    lines = []
+    if len(set(last)) > 1:
+        lines.append(f"the runs differ in length ({', '.join(f'{n}: step {s}' for n, s in zip(names, last))}); "
+                     f"the curves stop at step {min(last)}, the last every run reached")
+    if len(set(status)) > 1:
+        lines.append(f"the runs ended differently ({', '.join(f'{n}: {s}' for n, s in zip(names, status))})")
+    return lines
 
 
 def curves(runs: list[list[dict]]) -> dict[str, dict[str, Spread]]:
@@ -94,14 +125,17 @@ def curves(runs: list[list[dict]]) -> dict[str, dict[str, Spread]]:
     (evaluations with policy metrics) and, when the runs trained, "loss" and "grad norm". A training run's evaluations are labelled (env, opponent)
     across checkpoints; a tournament's (env, model, opponent)."""
     per_run: dict[str, dict[str, list[dict[int, float]]]] = defaultdict(lambda: defaultdict(list))
+    per_run_games: dict[str, dict[str, list[dict[int, int]]]] = defaultdict(lambda: defaultdict(list))
     for records in runs:
         training = any(r.get("type") == "train" for r in records)
         mine: dict[str, dict[str, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
+        games: dict[str, dict[int, int]] = defaultdict(dict)
         for r in records:
             if r.get("type") == "eval":
                 label = f"{r['env_id']} vs {r['opponent']}" if training else f"{r['env_id']}: {r.get('model', '')} vs {r['opponent']}"
                 mine["win rate"][label][r["step"]] = r["win_rate"]
                 mine["invalid-move rate"][label][r["step"]] = r["invalid_rate"]
+                games[label][r["step"]] = r.get("games", 0)
                 if "exploitability" in (r.get("policy") or {}):  # one figure per env, whatever the opponent
                     mine["exploitability"][r["env_id"]][r["step"]] = r["policy"]["exploitability"]
             elif r.get("type") == "train":
@@ -111,18 +145,42 @@ def curves(runs: list[list[dict]]) -> dict[str, dict[str, Spread]]:
         for panel, labels in mine.items():
             for label, values in labels.items():
                 per_run[panel][label].append(values)
-    return {panel: {label: spread(values) for label, values in sorted(labels.items())} for panel, labels in per_run.items()}
+                if panel in RATE_PANELS:
+                    per_run_games[panel][label].append(games[label])
+    return {panel: {label: spread(values, per_run_games[panel].get(label)) for label, values in sorted(labels.items())}
+            for panel, labels in per_run.items()}
+
+
+RATE_PANELS = ("win rate", "invalid-move rate")
 
 
 PANELS = ("win rate", "exploitability", "invalid-move rate", "loss", "grad norm (before clip)")
 
 
+def run_title(records: list[dict], fallback: str) -> str:
+    """What a run is, from its start record: the config's name and the model it trained."""
+    start = next((r for r in records if r.get("type") == "start"), {})
+    config = start.get("config") or {}
+    model = (config.get("model") or {}).get("model") if isinstance(config.get("model"), dict) else None
+    name = start.get("name") or fallback
+    return f"{name} ({model})" if model else str(name)
+
+
+def is_tournament(runs: list[list[dict]]) -> bool:
+    """Evaluations at a single step and no training: a table of pairings, not a curve."""
+    evals = [r for records in runs for r in records if r.get("type") == "eval"]
+    return bool(evals) and not any(r.get("type") == "train" for records in runs for r in records) \
+        and len({r["step"] for r in evals}) == 1
+
+
 def plot_runs(run_dirs: list[str | Path], out: str | Path | None = None, ceiling: float | None = None,
-              references: dict[str, float] | None = None) -> Path:
+              references: dict[str, float] | None = None, warn: Callable[[str], None] | None = None) -> Path:
     """Draw the runs' curves into a PNG: ``out``, or RUN_DIR/curve.png for one run and curve.png
     in the working directory for several. ``ceiling`` draws the best known win rate as a line;
     ``references`` ({label: exploitability}, e.g. the uniform policy's and CFR's) draw lines on
-    the exploitability panel (log scale)."""
+    the exploitability panel (log scale). ``warn`` gets a line for each thing a reader should
+    know that the figure hides (runs of different length or status). A tournament is drawn as
+    bars of win rate per pairing, with standard errors."""
     try:
         import matplotlib
     except ImportError:
@@ -130,7 +188,16 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path | None = None, ceiling
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    drawn = curves([read_metrics(d) for d in run_dirs])
+    runs = [read_metrics(d) for d in run_dirs]
+    names = [Path(d).name for d in run_dirs]
+    for line in extent_warnings(runs, names):
+        (warn or (lambda text: None))(line)
+    titles = sorted({run_title(records, name) for records, name in zip(runs, names)})
+    path = Path(out) if out else (Path(run_dirs[0]) / "curve.png" if len(run_dirs) == 1 else Path("curve.png"))
+    if is_tournament(runs):
+        save_figure(tournament_figure(runs, " / ".join(titles)), path)
+        return path
+    drawn = curves(runs)
     if not drawn:
         raise UnstableError(f"{', '.join(map(str, run_dirs))}: metrics.jsonl has no eval or train records to plot")
     panels = [p for p in PANELS if p in drawn]
@@ -139,7 +206,11 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path | None = None, ceiling
     for ax, panel in zip(axes.flat, panels):
         for label, s in drawn[panel].items():
             shown = label if s.runs == 1 else f"{label} (mean of {s.runs})"
-            (line,) = ax.plot(s.steps, s.mean, marker="o" if len(s.steps) < 30 else None, label=shown)
+            marker = "o" if len(s.steps) < 30 else None
+            if s.error is not None and any(s.error):  # one run: the standard error of each evaluation
+                line = ax.errorbar(s.steps, s.mean, yerr=s.error, marker=marker, capsize=3, label=shown).lines[0]
+            else:
+                (line,) = ax.plot(s.steps, s.mean, marker=marker, label=shown)
             if s.runs > 1:
                 ax.fill_between(s.steps, s.low, s.high, color=line.get_color(), alpha=0.2, linewidth=0)
         if panel == "win rate" and ceiling is not None:
@@ -154,13 +225,39 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path | None = None, ceiling
         elif panel == "invalid-move rate":  # a few percent, drawn large enough to read
             ax.set_ylim(0, max([0.05] + [1.2 * h for s in drawn[panel].values() for h in s.high]))
         ax.legend(fontsize=7)
-    names = [Path(d).name for d in run_dirs]
-    title = names[0] if len(names) == 1 else f"{len(names)} runs ({', '.join(names)}); bands: lowest to highest run"
-    fig.suptitle(title, fontsize=9)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    what = " / ".join(titles)
+    title = what if len(names) == 1 else f"{what}: {len(names)} runs ({', '.join(names)}); bands: lowest to highest run"
+    fig.suptitle(title + ("" if len(names) > 1 else "; bars: standard error"), fontsize=9)
     fig.tight_layout()
-    path = Path(out) if out else (Path(run_dirs[0]) / "curve.png" if len(run_dirs) == 1 else Path("curve.png"))
     save_figure(fig, path)
     return path
+
+
+def tournament_figure(runs: list[list[dict]], title: str) -> Any:
+    """Win rates of every (env, model, opponent) pairing as horizontal bars with their standard
+    errors (several runs: each pairing's games pooled)."""
+    import matplotlib.pyplot as plt
+
+    pooled: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])  # label -> [wins, games]
+    for records in runs:
+        for r in records:
+            if r.get("type") == "eval":
+                label = f"{r['env_id']}: {r.get('model', '')} vs {r['opponent']}"
+                pooled[label][0] += r["win_rate"] * r.get("games", 0)
+                pooled[label][1] += r.get("games", 0)
+    labels = sorted(pooled)
+    rates = [pooled[k][0] / pooled[k][1] if pooled[k][1] else 0.0 for k in labels]
+    errors = [binomial_se(rate, int(pooled[k][1])) for rate, k in zip(rates, labels)]
+    fig, ax = plt.subplots(figsize=(9, 0.35 * len(labels) + 1.5))
+    ax.barh(labels, rates, xerr=errors, capsize=3, color="tab:blue", alpha=0.8)
+    ax.set(xlim=(0, 1), xlabel="win rate (bars: standard error)")
+    ax.tick_params(axis="y", labelsize=7)
+    ax.invert_yaxis()
+    fig.suptitle(f"{title}: tournament", fontsize=9)
+    fig.tight_layout()
+    return fig
 
 
 def save_figure(fig: Any, path: str | Path) -> None:
