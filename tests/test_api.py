@@ -178,3 +178,27 @@ def test_a_bad_argument_to_the_python_api_is_an_unstable_error(tmp_path, call, m
 
 def test_no_overrides_may_be_none(tmp_path):
     assert unstable_core.build("examples/tournament.toml", overrides=None, run_dir=tmp_path / "r") is not None
+
+
+def test_a_run_result_carries_its_checkpoints_ratings_and_history_and_reads_short(make_plugin_system, tmp_path, capsys):
+    system = make_plugin_system(toy_plugin)
+    cfg = toy_config(training={"learning_steps": 4, "batch_size": 8, "save_every": 2, "eval_every": 2},
+                     trackers=[{"name": "jsonl"}, {"name": "console"}])
+    result = unstable_core.run(cfg, run_dir=tmp_path / "r", plugins=system, quiet=True)
+    assert capsys.readouterr().err == ""  # quiet: no console tracker, no set-up lines
+    assert [c.version for c in result.checkpoints] == [2, 4] and all(c.uid == f"ckpt-{c.version}" for c in result.checkpoints)
+    assert all((tmp_path / "r" / "checkpoints" / c.uid).is_dir() for c in result.checkpoints)
+    registry = json.loads((tmp_path / "r" / "registry.json").read_text())
+    assert result.ratings == {m["uid"]: m["rating"] for m in registry["models"] if m.get("rating")} and result.ratings
+    train = result.train_records()
+    assert [r.step for r in train] == [1, 2, 3, 4] and all(r.batch_steps > 0 for r in train)
+    text = repr(result)
+    assert text.startswith("RunResult(completed, 4 learner steps, ") and "2 checkpoints" in text and len(text) < 200
+    try:
+        import pandas  # noqa: F401
+    except ImportError:
+        with pytest.raises(unstable_core.UnstableError, match="needs pandas"):
+            result.to_pandas()
+    else:
+        frame = result.to_pandas()
+        assert list(frame["step"]) == [r.step for r in result.eval_records] and len(result.to_pandas("train")) == 4

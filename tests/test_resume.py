@@ -123,11 +123,12 @@ def test_an_evaluation_round_in_flight_at_a_kill_is_finished_on_resume(tmp_path)
 def test_a_restored_league_buffer_and_learner_equal_the_snapshot(tmp_path):
     system = unstable_core.load_plugins(extra=[("toy", toy_plugin)])
     cfg = sync_config(6, mode="async")
-    unstable_core.run(cfg, run_dir=tmp_path / "r", plugins=system)
+    first = unstable_core.run(cfg, run_dir=tmp_path / "r", plugins=system)
     step, saved = read_latest(tmp_path / "r")
     job = unstable_core.build(None, run_dir=tmp_path / "r", plugins=system, resume=True)
     result = job.start()  # nothing left to train: restores, evaluates, ends
     assert result.learner_steps == 6 == step
+    assert result.checkpoints == first.checkpoints and first.checkpoints  # the checkpoints saved before the resume
     import asyncio
 
     league = asyncio.run(job.roles.league.state_dict())

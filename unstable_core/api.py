@@ -40,8 +40,11 @@ class Run:
     """A checked run, ready to start: config validated, components resolved, every environment
     and model checked, nothing written yet (``build`` makes one)."""
 
-    def __init__(self, plan: RunPlan, plugins: PluginSystem, resume: bool = False, repair: bool = False) -> None:
+    def __init__(self, plan: RunPlan, plugins: PluginSystem, resume: bool = False, repair: bool = False,
+                 quiet: bool = False) -> None:
         self.plan = plan
+        #: print nothing while running (for notebooks): no set-up progress lines (and no console tracker, see ``build``)
+        self.quiet = quiet
         self.plugins = plugins
         #: go on from the run directory's latest snapshot instead of starting afresh
         self.resume = resume
@@ -63,7 +66,15 @@ class Run:
         """Run to the end in this thread. Ctrl-C and SIGTERM stop it cleanly, everything
         flushed, and raise ``RunInterrupted`` (exit status 130 / 143 in the CLI); ``stop()``
         from another thread returns a result with status ``interrupted``."""
-        return asyncio.run(self._main())
+        if not self.quiet:
+            return asyncio.run(self._main())
+        from .progress import set_sink
+
+        previous = set_sink(lambda task, finished: None)
+        try:
+            return asyncio.run(self._main())
+        finally:
+            set_sink(previous)
 
     def stop(self) -> None:
         """Stop a run from any thread (or a callback): it ends as ``interrupted``; called before
@@ -112,7 +123,7 @@ class Run:
 
 
 def build(config: ConfigSource | None, *, run_dir: str | os.PathLike[str] | None = None, overrides: Iterable[str] = (),
-          plugins: PluginSystem | None = None, resume: bool = False, repair: bool = False) -> Run:
+          plugins: PluginSystem | None = None, resume: bool = False, repair: bool = False, quiet: bool = False) -> Run:
     """Check a config (a TOML path, a dict or a RunConfig) and make its run, not started yet.
     Raises ConfigError / PluginError (exit status 2 in the CLI) for anything wrong with it.
 
@@ -120,7 +131,9 @@ def build(config: ConfigSource | None, *, run_dir: str | os.PathLike[str] | None
     started with (``config`` may be None; if given it must be that config); ``overrides`` may
     only extend ``training.learning_steps``. ``repair=True`` (with ``resume``) goes on with a
     metrics log that was cut, deleted or edited within what the snapshot covers, instead of
-    refusing it: its complete lines are kept, and the resume record's ``repaired`` says what."""
+    refusing it: its complete lines are kept, and the resume record's ``repaired`` says what.
+    ``quiet=True`` (for notebooks) leaves out the ``console`` tracker and set-up progress lines;
+    the other trackers write as configured."""
     from .runtime.plan import make_plan
 
     if repair and not resume:
@@ -134,12 +147,16 @@ def build(config: ConfigSource | None, *, run_dir: str | os.PathLike[str] | None
     from .plugins import checked_plugins
 
     plugins = checked_plugins(plugins)
+    if quiet:
+        cfg = cfg.model_copy(update={"trackers": [t for t in cfg.trackers if t.name != "console"]})
     directory = str(run_dir) if run_dir is not None else (cfg.run_dir or default_run_dir(cfg.name))
-    return Run(make_plan(cfg, plugins, directory, source), plugins, resume=resume, repair=repair)
+    return Run(make_plan(cfg, plugins, directory, source), plugins, resume=resume, repair=repair, quiet=quiet)
 
 
 def run(config: ConfigSource | None, *, run_dir: str | os.PathLike[str] | None = None, overrides: Iterable[str] = (),
-        plugins: PluginSystem | None = None, resume: bool = False, repair: bool = False) -> RunResult:
+        plugins: PluginSystem | None = None, resume: bool = False, repair: bool = False, quiet: bool = False) -> RunResult:
     """Build and start a run; return how it ended (``eval_records`` holds the evaluation or
-    tournament records). A run that cannot go on raises RunFailed. ``resume``, ``repair``: see ``build``."""
-    return build(config, run_dir=run_dir, overrides=overrides, plugins=plugins, resume=resume, repair=repair).start()
+    tournament records, ``checkpoints`` and ``ratings`` what it left). A run that cannot go on
+    raises RunFailed. ``resume``, ``repair``, ``quiet``: see ``build``."""
+    return build(config, run_dir=run_dir, overrides=overrides, plugins=plugins, resume=resume, repair=repair,
+                 quiet=quiet).start()

@@ -192,6 +192,7 @@ class Driver:
         run = self.run
         uid = f"ckpt-{self.state.step}"
         ckpt = self.state.last_checkpoint = await learner.save(f"{run.run_dir}/checkpoints/{uid}", uid)
+        self.state.checkpoints.append(ckpt)
         for rollout in run.roles.rollouts:
             await rollout.set_policy(ckpt)
         await run.roles.league.add_checkpoint(ckpt)

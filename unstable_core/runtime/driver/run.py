@@ -22,7 +22,7 @@ from ...plugins import PluginSystem
 from ...protocols import Executor
 from ...records import EndRecord, EvalRecord, StartRecord
 from ...result import RunResult, RunStatus
-from ...types import RunEndContext, RunStartContext
+from ...types import Checkpoint, RunEndContext, RunStartContext
 from ..building import Builder
 from ..plan import RunPlan
 from ..roles.start import start_roles
@@ -96,16 +96,21 @@ class RunSteps:
         """Flush everything, whatever happened; a failure here does not hide the first one."""
         steps = games = 0
         records: list[EvalRecord] = []
+        ratings: dict[str, dict[str, float]] = {}
+        checkpoints: list[Checkpoint] = []
         driver = self.driver
         if driver is not None:
             try:
                 await driver.collector.settled()
                 await driver.reporter.summary()  # with the final ratings record
-                output.write_json("registry.json", await driver.run.roles.league.snapshot())
+                registry = await driver.run.roles.league.snapshot()
+                output.write_json("registry.json", registry)
+                ratings = {m["uid"]: m["rating"] for m in registry.get("models", []) if m.get("rating")}
             except Exception:
                 if status == "completed":
                     raise
             steps, games, records = driver.state.step, driver.state.games_played, driver.state.eval_records
+            checkpoints = driver.state.checkpoints
         close_errors = []
         try:
             output.log(EndRecord(step=steps, time=output.now(), status=status, games=games, error=error))
@@ -123,4 +128,4 @@ class RunSteps:
         if close_errors and status == "completed":
             raise RunFailed("; ".join(close_errors))
         return RunResult(status=status, run_dir=self.plan.run_dir, learner_steps=steps, games_played=games,
-                         eval_records=records, error=error)
+                         eval_records=records, checkpoints=checkpoints, ratings=ratings, error=error)

@@ -49,6 +49,7 @@ class Snapshots:
                 "eval_records": [r.model_dump(mode="json") for r in state.eval_records],
                 "stats": state.stats.state_dict(),
                 "checkpoint": state.last_checkpoint.model_dump(mode="json") if state.last_checkpoint else None,
+                "checkpoints": [c.model_dump(mode="json") for c in state.checkpoints],
                 "eval_rounds": self.evaluator.state_dict(),  # async: rounds still playing
             },
             "league": await run.roles.league.state_dict(),
@@ -75,6 +76,7 @@ class Snapshots:
         state.failures = Counter(saved["failures"])
         state.failures_in_a_row, state.dropped, state.empty_batches = saved["failures_in_a_row"], saved["dropped"], saved["empty_batches"]
         state.eval_records = [EvalRecord.model_validate(r) for r in saved["eval_records"]]
+        state.checkpoints = [Checkpoint.model_validate(c) for c in saved.get("checkpoints", [])]
         state.stats.load_state_dict(saved["stats"])
         await roles.league.load_state_dict(full["league"])
         await roles.buffer.load_state_dict(full["buffer"])

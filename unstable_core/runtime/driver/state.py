@@ -26,6 +26,7 @@ class DriverState:
     empty_batches: int = 0
     eval_records: list[EvalRecord] = field(default_factory=list)
     last_checkpoint: Checkpoint | None = None
+    checkpoints: list[Checkpoint] = field(default_factory=list)  # every one saved, oldest first
     resumed: bool = False  # went on from a snapshot
     stats: CollectionStats = field(default_factory=CollectionStats)
 
