@@ -143,3 +143,18 @@ def test_every_command_has_a_whole_summary_and_an_example(cli):
                  ["components", "list"], ["components", "show"], ["envs", "list"]):
         done = cli(*args, "--help", env={"COLUMNS": "80"})
         assert done.returncode == 0 and "Example: unstable " + args[0] in done.stdout, (args, done.stdout)
+
+
+
+def test_config_check_warns_when_evaluations_fall_between_checkpoints():
+    import unstable_core
+    from unstable_core.config_check import config_warnings
+    from unstable_core.testing import toy_config
+
+    def warnings(**training):
+        return config_warnings(unstable_core.validate_config(toy_config(training=training)))
+
+    (line,) = warnings(eval_every=8, save_every=5)
+    assert line.startswith("training.eval_every = 8 is not a multiple of training.save_every = 5") and "(at step 8: ckpt-5)" in line
+    assert "(at step 3: base)" in warnings(eval_every=3, save_every=5)[0]
+    assert warnings(eval_every=10, save_every=5) == [] and warnings(eval_every=0, save_every=5) == []

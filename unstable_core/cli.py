@@ -62,6 +62,10 @@ def run(config: str | None, overrides: tuple[str, ...], run_dir: str | None, res
     else:
         job = build(config, run_dir=run_dir, overrides=overrides, plugins=plugin_system())
     click.echo(f"run directory: {job.run_dir}", err=True)
+    from .config_check import config_warnings
+
+    for line in config_warnings(job.plan.config):
+        click.echo(f"warning: {line}", err=True)
     try:
         result = job.start()
     except RunInterrupted as exc:
@@ -127,13 +131,15 @@ def config_check(file: str, overrides: tuple[str, ...]) -> None:
     Example: unstable config check examples/kuhn-tiny.toml --set learner.lr=1e-3
     """
     from .config import load_config
-    from .config_check import factory_problems, summarize
+    from .config_check import config_warnings, factory_problems, summarize
     from .errors import ConfigError
     from .runtime.plan import make_plan
 
     cfg = load_config(file, overrides)
     system = plugin_system()
     plan = make_plan(cfg, system, "", file)  # checks the config once
+    for line in config_warnings(cfg):
+        click.echo(f"warning: {line}", err=True)
     problems = factory_problems(plan, system)
     if problems:
         raise ConfigError(summarize(problems))

@@ -212,6 +212,18 @@ def check_run(cfg: RunConfig, system: PluginSystem, source: str = "<config>") ->
     return resolved
 
 
+def config_warnings(cfg: RunConfig) -> list[str]:
+    """What a valid config does that its author may not expect, a line each (``config check``
+    and ``unstable run`` print them as warnings)."""
+    t = cfg.training
+    if cfg.learner is None or not t.eval_every or t.eval_every % t.save_every == 0:
+        return []
+    saved = t.eval_every // t.save_every * t.save_every
+    return [f"training.eval_every = {t.eval_every} is not a multiple of training.save_every = {t.save_every}: an "
+            f"evaluation plays the latest saved checkpoint (at step {t.eval_every}: {f'ckpt-{saved}' if saved else 'base'}), "
+            "which its records name"]
+
+
 #: kinds whose factories are cheap and write nothing: ``config check`` builds them once, so that a
 #: factory that raises is reported before a run (learners, backends, executors, trackers and env
 #: providers are built by the run: models to load, files to open)

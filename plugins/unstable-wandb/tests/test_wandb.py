@@ -74,11 +74,13 @@ def test_offline_run_holds_the_logged_history(make_plugin_system, tmp_path):
     logged = run.series("eval/PickBest-v0/policy/random-valid/win_rate")
     assert [(row["learner_step"], v) for row, v in logged] == [(r["step"], r["win_rate"]) for r in evals]
     assert [r["step"] for r in evals] == [0, 3, 6]
+    played = [v for _, v in run.series("eval/PickBest-v0/policy/random-valid/checkpoint_step")]
+    assert played == [int(r["model"].split("-")[-1]) if r["model"].startswith("ckpt-") else 0 for r in evals]
 
     # collection and ratings on the games axis, which never decreases
     games = [row["games"] for row, _ in run.series("collection/games_per_s")]
     assert games == sorted(games) and games[-1] == records[-1]["games"]
-    assert run.series("collection/train/PickBest-v0/win_rate") and run.series("ratings/random-valid/score")
+    assert run.series("collection/train/PickBest-v0/win_rate_so_far") and run.series("ratings/random-valid/score")
 
     # the transcripts table grows by increments: every turn of every sampled game, once
     increments = [row for row in run.history if row.get("transcripts/_type") == "incremental-table-file"]
@@ -184,3 +186,19 @@ def _default_run(system, tmp_path):
     run_dir = tmp_path / "default"
     unstable_core.run(toy_config(trackers=[wandb_config()], training={"learning_steps": 1}), run_dir=run_dir, plugins=system)
     return run_dir
+
+
+def test_wandb_prints_nothing_unless_verbose(make_plugin_system, tmp_path, monkeypatch, capfd):
+    """W&B's own lines ("W&B syncing is set to offline...", "Run data is saved locally...") are
+    printed only with `unstable --verbose` (UNSTABLE_VERBOSE=1)."""
+    monkeypatch.delenv("WANDB_SILENT", raising=False)
+    monkeypatch.delenv("UNSTABLE_VERBOSE", raising=False)
+    cfg = toy_config(trackers=[wandb_config()], training={"learning_steps": 2, "batch_size": 8})
+    unstable_core.run(cfg, run_dir=tmp_path / "quiet", plugins=make_plugin_system(toy_plugin, WANDB))
+    read_offline_runs(tmp_path / "quiet")
+    captured = capfd.readouterr()
+    assert "wandb:" not in captured.err + captured.out, captured.err
+    monkeypatch.setenv("UNSTABLE_VERBOSE", "1")
+    unstable_core.run(cfg, run_dir=tmp_path / "verbose", plugins=make_plugin_system(toy_plugin, WANDB))
+    read_offline_runs(tmp_path / "verbose")
+    assert "wandb:" in capfd.readouterr().err

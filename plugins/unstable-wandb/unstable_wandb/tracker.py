@@ -11,10 +11,12 @@ record          logged as
 ``start``       config: the resolved run config, plus ``plugins`` (name -> version)
 ``train``       ``train/<metric>`` and ``train/learner_tokens_per_s``, at ``learner_step``
 ``eval``        ``eval/<env>/<model>/<opponent>/<rate>`` at ``learner_step``; in a training
-                run the model is ``policy`` (the checkpoint evaluated at that step); exact
+                run the model is ``policy`` and ``.../checkpoint_step`` says which checkpoint
+                played (the latest saved: 0 for the base model); exact
                 policy metrics (``collection.eval_policy_metrics``) as
                 ``policy/<env>/<model>/<metric>`` (exploitability, nash_conv, invalid_mass)
-``summary``     ``collection/...`` (games/s, failures, buffer, per (mode, env) rates) at ``games``
+``summary``     ``collection/...`` (games/s, failures, buffer, per (mode, env) rates over every game so
+                far: ``win_rate_so_far``, ...) at ``games``
 ``ratings``     ``ratings/<model>/<number>`` at ``games``
 ``transcript``  rows of the ``transcripts`` table (step, env, seed, player, prompt,
                 completion, action, reward), logged incrementally every ``table_every_s``
@@ -64,7 +66,7 @@ class WandbTracker:
             project=options.project, entity=options.entity, group=options.group, tags=options.tags or None, name=name,
             notes=options.notes, mode=options.mode, dir=str(folder) if folder is not None else None, id=run_id,
             resume="allow" if resumed else None, config=dict(ctx.config),
-            settings=wandb.Settings(console="off", quiet=not verbose(), init_timeout=options.init_timeout_s),
+            settings=wandb.Settings(console="off", quiet=not verbose(), silent=not verbose(), init_timeout=options.init_timeout_s),
         )
         for axis in ("learner_step", "games"):
             self.run.define_metric(axis, hidden=True)
@@ -113,6 +115,8 @@ class WandbTracker:
         model = key_part(r.model) if not self.training else "policy"
         base = f"eval/{key_part(r.env_id)}/{model}/{key_part(r.opponent)}"
         data = {"learner_step": r.step, **{f"{base}/{k}": getattr(r, k) for k in RATES}, f"{base}/games": r.games}
+        if self.training:  # the checkpoint that played: with eval_every not a multiple of save_every, an earlier one
+            data[f"{base}/checkpoint_step"] = int(r.model.split("-")[-1]) if r.model.startswith("ckpt-") else 0
         # exact policy metrics are the model's on the env, whatever the opponent
         data.update({f"policy/{key_part(r.env_id)}/{model}/{k}": v for k, v in r.policy.items()})
         self.run.log(data)
@@ -126,8 +130,9 @@ class WandbTracker:
         data.update({f"collection/failures/{key_part(reason)}": n for reason, n in r.failures.items()})
         for mode, per_env in r.envs.items():
             for env_id, totals in per_env.items():
-                base = f"collection/{mode}/{key_part(env_id)}"
-                data.update({f"{base}/{k}": v for k, v in totals.model_dump().items()})
+                base = f"collection/{mode}/{key_part(env_id)}"  # every game so far: not an evaluation's rate
+                data.update({f"{base}/{k}_so_far" if k.endswith("_rate") else f"{base}/{k}": v
+                             for k, v in totals.model_dump().items()})
         self.run.log(data)
 
     def _on_ratings(self, r: Any) -> None:
