@@ -274,3 +274,11 @@ def test_evaluations_with_exact_policy_metrics_show_the_exploitability():
     text = render_text(folded([*records, extra]), 120)
     assert "exploit" in text and "0.3333" in text
     assert eval_line(extra).endswith("games, exploitability 0.3333)") and "exploitability" not in eval_line(last)
+
+
+def test_sections_show_once_they_have_data():
+    state = folded(recorded()[:1])  # the start record only
+    text = render_text(state, 80)
+    assert "collection" not in text and "latest evaluations" not in text and "ratings" not in text
+    full = render_text(folded(recorded()), 80)
+    assert "collection (anchor seat)" in full and "latest evaluations" in full and "ratings" in full

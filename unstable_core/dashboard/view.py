@@ -217,7 +217,13 @@ def render(state: DashboardState, width: int) -> Any:
     parts += [Text(line) for line in pack(throughput_parts(state), width) + pack(learner_parts(state), width)]
     parts += [Text(line, style="red") for line in pack(failure_parts(state), width, sep=" · ")]
     limit = 8 if wide else 6
-    parts += [collection_table(state, width), eval_table(state, width)]
+    # a section shows once it has data: empty tables before the first games only take room
+    if state.envs:
+        parts.append(collection_table(state, width))
+    if state.evals:
+        parts.append(eval_table(state, width))
+    if not state.leaderboard(limit):
+        return Group(*parts)
     side = min(48, (width - 4) // 2) if wide else width  # the ratings' share; the heatmap gets the rest
     ratings, heatmap = ratings_table(state, 10, 16, side), heatmap_table(state, limit, width - side - 4 if wide else width)
     if wide:  # the ratings beside the heatmap
