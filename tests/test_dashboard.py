@@ -282,3 +282,23 @@ def test_sections_show_once_they_have_data():
     assert "collection" not in text and "latest evaluations" not in text and "ratings" not in text
     full = render_text(folded(recorded()), 80)
     assert "collection (anchor seat)" in full and "latest evaluations" in full and "ratings" in full
+
+
+def test_an_evaluation_shows_its_games_in_a_live_header_and_prints_no_lines(make_plugin_system, tmp_path, capsys):
+    import unstable_core
+    from unstable_core.testing import toy_config, toy_plugin
+
+    system = make_plugin_system(toy_plugin)
+    cfg = toy_config(training={"learning_steps": 1, "batch_size": 8}, collection={"eval_games": 24, "num_eval_games": 4})
+    seen = []
+    previous = set_sink(lambda t, finished: seen.append((t.description, t.done, t.total, finished)))
+    try:
+        unstable_core.run(cfg, run_dir=tmp_path / "live", plugins=system)
+    finally:
+        set_sink(previous)
+    base = [s for s in seen if s[0] == "evaluating base"]
+    assert base[0] == ("evaluating base", 0, 24, False) and base[-1][1:] == (24, 24, True)
+    assert [s[1] for s in base] == sorted(s[1] for s in base)
+    capsys.readouterr()
+    unstable_core.run(cfg, run_dir=tmp_path / "plain", plugins=system)
+    assert "evaluating" not in capsys.readouterr().err

@@ -59,8 +59,8 @@ def clock(seconds: float) -> str:
 class Task:
     """One piece of set-up work: what it is, how far it got, and since when."""
 
-    def __init__(self, description: str, total: int | None) -> None:
-        self.description, self.total = description, total
+    def __init__(self, description: str, total: int | None, plain: bool = True) -> None:
+        self.description, self.total, self.plain = description, total, plain
         self.done = 0
         self.began = self.last_line = time.monotonic()
 
@@ -81,6 +81,8 @@ class Task:
         if sink is not None:
             sink(self, finished)
             return
+        if not self.plain:
+            return
         now = time.monotonic()
         if finished:
             line = f"{self.description}: done in {now - self.began:.1f} s"
@@ -99,9 +101,10 @@ class Task:
 
 
 @contextmanager
-def task(description: str, total: int | None = None) -> Iterator[Task]:
-    """Report the progress of one piece of set-up work (see the module's docstring)."""
-    t = Task(description, total)
+def task(description: str, total: int | None = None, plain: bool = True) -> Iterator[Task]:
+    """Report the progress of one piece of set-up work (see the module's docstring);
+    ``plain=False``: to a live dashboard only, no lines on stderr."""
+    t = Task(description, total, plain)
     t._emit(False)
     try:
         yield t

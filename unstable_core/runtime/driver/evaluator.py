@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import ComponentError
+from ...progress import task
 from ...records import EvalRecord, EvalSkippedRecord
 from ...types import GameResult, GameSpec, ModelRef, ValidationEndContext, ValidationStartContext
 from .collector import Collector
@@ -92,8 +93,14 @@ class Evaluator:
         """Play a started round's games through the collector's lanes and report it
         (``EvalRecord`` per env and opponent, ``unstable_validation_end``)."""
         run = self.run
-        try:
-            await self.collector.lanes(run.cfg.collection.num_eval_games, round.next_specs, round.add)
+        label = round.model.uid if round.model is not None else "the model"
+        try:  # its games show in a live dashboard's header (a 1,000-game baseline takes a while)
+            with task(f"evaluating {label}", total=len(round.specs), plain=False) as progress:
+                def add(results: list[GameResult]) -> None:
+                    round.add(results)
+                    progress.advance(len(results))
+
+                await self.collector.lanes(run.cfg.collection.num_eval_games, round.next_specs, add)
         finally:
             self.rounds.remove(round)
         records = await self.with_policy_metrics(round, round.agg.records(round.step, run.out.now()))
