@@ -87,15 +87,17 @@ class ChosenComponents(dict[str, BaseModel]):
     ('learner', 'inference', 'buffer', ...), and what the chosen components declare about
     themselves: ``adapter``, the LoRA adapter the learner writes (``LearnerSpec.adapter``; None
     without a learner or when it declares none); and of the run: ``colocate``
-    (``training.colocate``: the learner shares the trained model's backend's accelerator) and
-    ``model`` (what the trained model's backend loads, or None)."""
+    (``training.colocate``: the learner shares the trained model's backend's accelerator),
+    ``model`` (what the trained model's backend loads, or None) and ``executor`` (the chosen
+    executor's name: with ``local`` every role runs on this machine)."""
 
     def __init__(self, options: Mapping[str, BaseModel], adapter: AdapterShape | None = None, colocate: bool = False,
-                 model: str | None = None) -> None:
+                 model: str | None = None, executor: str | None = None) -> None:
         super().__init__(options)
         self.adapter = adapter
         self.colocate = colocate
         self.model = model
+        self.executor = executor
 
 
 class ComponentSpec(BaseModel):

@@ -176,7 +176,8 @@ def check_run(cfg: RunConfig, system: PluginSystem, source: str = "<config>") ->
             adapter = None
     model = cfg.model_ref()
     chosen = ChosenComponents({key: opts for key, (_, opts) in resolved.items()}, adapter=adapter,
-                              colocate=cfg.training.colocate, model=model.model if model is not None else None)
+                              colocate=cfg.training.colocate, model=model.model if model is not None else None,
+                              executor=cfg.executor.name)
     for key, (spec, opts) in resolved.items():
         if spec.check_run is not None:
             try:

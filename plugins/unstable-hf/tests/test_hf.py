@@ -348,3 +348,27 @@ def test_a_model_that_cannot_be_loaded_is_a_config_error_before_the_run(tiny_pat
         assert done.returncode == 2 and done.stderr.strip().count("\n") == 0, done.stderr
         assert "model: model" in done.stderr and "no such folder" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_a_cuda_device_without_a_gpu_is_refused_with_the_local_executor_only():
+    from pydantic import BaseModel
+
+    from unstable_core import ChosenComponents
+    from unstable_hf.options import check_device
+
+    class Opts(BaseModel):
+        device: str
+
+    local, ray = ChosenComponents({}, executor="local"), ChosenComponents({}, executor="ray")
+    for device in ("cpu", "auto"):
+        check_device(Opts(device=device), local)
+    with pytest.raises(ValueError, match="expected 'cuda' or 'cuda:N'"):
+        check_device(Opts(device="cuda:x"), local)
+    check_device(Opts(device="cuda:7"), ray)  # the roles may run on GPU machines elsewhere
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="device 'cuda': this machine has no CUDA GPU"):
+            check_device(Opts(device="cuda"), local)
+    else:
+        check_device(Opts(device="cuda"), local)
+        with pytest.raises(ValueError, match="CUDA GPU"):
+            check_device(Opts(device=f"cuda:{torch.cuda.device_count()}"), local)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from unstable_core import AdapterShape
+from unstable_core import AdapterShape, ChosenComponents
 
 SEVEN_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -89,6 +89,25 @@ class LearnerOptions(ModelLoadOptions):
                     "ancestors are in, the lowest peak memory), 'auto' dense (block masks cannot train on a CPU and were slower "
                     "than dense masks on an H100 in float32: docs/performance.md).",
     )
+
+
+def check_device(options: Any, components: ChosenComponents) -> None:
+    """``check_run`` of the hf backend and the hf learners: with the ``local`` executor (every role
+    on this machine) a ``device`` of 'cuda' or 'cuda:N' needs that GPU here. With another executor
+    the roles may run elsewhere, and the machine they land on says."""
+    device = getattr(options, "device", "auto")
+    if components.executor != "local" or not device.startswith("cuda"):
+        return
+    suffix = device.partition(":")[2]
+    if device.partition(":")[0] != "cuda" or (suffix and not suffix.isdigit()):
+        raise ValueError(f"device {device!r}: expected 'cuda' or 'cuda:N' (or 'cpu', 'auto')")
+    import torch
+
+    index = int(suffix or 0)
+    if not torch.cuda.is_available():
+        raise ValueError(f"device {device!r}: this machine has no CUDA GPU (torch {torch.__version__}); use 'auto' or 'cpu'")
+    if index >= torch.cuda.device_count():
+        raise ValueError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA GPU(s)")
 
 
 def lora_adapter(options: LearnerOptions) -> AdapterShape:

@@ -7,6 +7,8 @@ from typing import Any
 
 from unstable_core import BuildContext, InferenceSpec, ModelRef, hookimpl
 
+from .options import check_device
+
 
 def _inference_options() -> type:
     from .inference import HFInferenceOptions
@@ -44,6 +46,7 @@ def unstable_inference_backends() -> list[InferenceSpec]:
             config=_inference_options(),
             factory=make_inference,
             check_model=check_model,
+            check_run=check_device,  # 'cuda' needs a GPU here (with the local executor)
             scores_completions=True,
             releases_memory=True,  # sleep/wake move the weights to the CPU and back
         )
