@@ -56,7 +56,8 @@ class Presenter:
         self.refresh(force=finished or task.done == 0)
 
     def add(self, record: Mapping[str, Any]) -> None:
-        self.state.add(record)
+        with self.drawing:  # never folded while the clock's thread draws the state
+            self.state.add(record)
         if self.live is not None:
             self.state.clock = (time.monotonic(), self.state.time)
             self.refresh()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..progress import clock
 from .state import DashboardState
 
 WIDE = 120  # from this width on: ratings and heatmap side by side
@@ -19,12 +20,7 @@ STYLES = {"running": "bold cyan", "starting": "yellow", "completed": "bold green
 
 
 def duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    s = int(round(seconds))
-    h, rem = divmod(s, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+    return "?" if seconds is None else clock(seconds)
 
 
 def number(value: float | None, digits: int = 1) -> str:
