@@ -36,7 +36,7 @@ def plugins() -> None:
     """Installed plugins."""
 
 
-@plugins.command("list", short_help="Installed plugins: status, components, hooks.")
+@plugins.command("list", short_help="Installed plugins: version, status, components.")
 @click.option("--all", "show_all", is_flag=True, help="Include the core's built-in plugins.")
 @click.option("--long", "long", is_flag=True, help="Add each plugin's package and hooks.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: a list of plugin objects.")

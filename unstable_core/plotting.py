@@ -160,8 +160,9 @@ PANELS = ("win rate", "exploitability", "invalid-move rate", "loss", "grad norm 
 def run_title(records: list[dict], fallback: str) -> str:
     """What a run is, from its start record: the config's name and the model it trained."""
     start = next((r for r in records if r.get("type") == "start"), {})
-    config = start.get("config") or {}
-    model = (config.get("model") or {}).get("model") if isinstance(config.get("model"), dict) else None
+    config = start.get("config")  # read as written: a hand-edited log may hold anything here
+    model = config.get("model") if isinstance(config, dict) else None
+    model = model.get("model") if isinstance(model, dict) else None
     name = start.get("name") or fallback
     return f"{name} ({model})" if model else str(name)
 

@@ -3,7 +3,6 @@ left behind: its checkpoints, the final ratings, and its history read back as ty
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Literal
 
@@ -54,16 +53,7 @@ class RunResult(BaseModel):
         return pandas.DataFrame(rows)
 
     def _records(self, kind: str) -> list[dict[str, Any]]:
-        path = Path(self.run_dir) / "metrics.jsonl"
-        if not path.is_file():
-            return []
-        found = []
-        for line in path.read_text(errors="replace").splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:  # a line cut by a crash
-                continue
-            if isinstance(record, dict) and record.get("type") == kind:
-                found.append(record)
-        return found
+        from .dashboard.watch import MetricsFollower  # its complete lines; one cut by a crash is left out
 
+        records, _ = MetricsFollower(Path(self.run_dir) / "metrics.jsonl").read()
+        return [r for r in records if r.get("type") == kind]

@@ -191,7 +191,7 @@ class Driver:
         the checkpoint current: no game is scheduled with a checkpoint a replica lacks."""
         run = self.run
         uid = f"ckpt-{self.state.step}"
-        ckpt = self.state.last_checkpoint = await learner.save(f"{run.run_dir}/checkpoints/{uid}", uid)
+        ckpt = await learner.save(f"{run.run_dir}/checkpoints/{uid}", uid)
         self.state.checkpoints.append(ckpt)
         for rollout in run.roles.rollouts:
             await rollout.set_policy(ckpt)

@@ -48,7 +48,6 @@ class Snapshots:
                 "failures_in_a_row": state.failures_in_a_row, "dropped": state.dropped, "empty_batches": state.empty_batches,
                 "eval_records": [r.model_dump(mode="json") for r in state.eval_records],
                 "stats": state.stats.state_dict(),
-                "checkpoint": state.last_checkpoint.model_dump(mode="json") if state.last_checkpoint else None,
                 "checkpoints": [c.model_dump(mode="json") for c in state.checkpoints],
                 "eval_rounds": self.evaluator.state_dict(),  # async: rounds still playing
             },
@@ -76,16 +75,17 @@ class Snapshots:
         state.failures = Counter(saved["failures"])
         state.failures_in_a_row, state.dropped, state.empty_batches = saved["failures_in_a_row"], saved["dropped"], saved["empty_batches"]
         state.eval_records = [EvalRecord.model_validate(r) for r in saved["eval_records"]]
-        state.checkpoints = [Checkpoint.model_validate(c) for c in saved.get("checkpoints", [])]
+        # snapshots written before the list held only the latest checkpoint
+        saved_checkpoints = saved["checkpoints"] if "checkpoints" in saved else [c for c in [saved["checkpoint"]] if c is not None]
+        state.checkpoints = [Checkpoint.model_validate(c) for c in saved_checkpoints]
         state.stats.load_state_dict(saved["stats"])
         await roles.league.load_state_dict(full["league"])
         await roles.buffer.load_state_dict(full["buffer"])
         if roles.learner is not None:
             await roles.learner.load_state_dict(full["learner"])
         run.out.load_state_dict(full["output"])
-        if saved["checkpoint"] is not None:  # every replica serves the restored policy before any game
-            ckpt = Checkpoint.model_validate(saved["checkpoint"])
-            state.last_checkpoint = ckpt
+        ckpt = state.last_checkpoint
+        if ckpt is not None:  # every replica serves the restored policy before any game
             for rollout in roles.rollouts:
                 await rollout.set_policy(ckpt)  # checks the version served
         self.evaluator.load_state_dict(saved.get("eval_rounds", []))  # played first

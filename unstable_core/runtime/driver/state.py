@@ -25,10 +25,13 @@ class DriverState:
     dropped: int = 0
     empty_batches: int = 0
     eval_records: list[EvalRecord] = field(default_factory=list)
-    last_checkpoint: Checkpoint | None = None
     checkpoints: list[Checkpoint] = field(default_factory=list)  # every one saved, oldest first
     resumed: bool = False  # went on from a snapshot
     stats: CollectionStats = field(default_factory=CollectionStats)
+
+    @property
+    def last_checkpoint(self) -> Checkpoint | None:
+        return self.checkpoints[-1] if self.checkpoints else None
 
 
 @dataclass
