@@ -45,7 +45,7 @@ _LAZY = {
     "SECRET_ERROR": "config_loading",
     **{n: "records" for n in (
         "Record", "TrainRecord", "EvalRecord", "EvalSkippedRecord", "SummaryRecord", "RatingsRecord", "GameRecord", "EnvTotals",
-        "ResumeRecord", "StartRecord", "EndRecord", "PairCount", "TranscriptRecord", "TranscriptTurn",
+        "ResumeRecord", "RestartRecord", "StartRecord", "EndRecord", "PairCount", "TranscriptRecord", "TranscriptTurn",
     )},
     **{n: "state" for n in ("Stateful", "rng_state", "set_rng_state")},
     # running: the Python API (an executor's names are in unstable_core.executors)

@@ -15,10 +15,17 @@ the handles are the role objects themselves; ``unstable-ray`` hands out actor pr
             league = build_role("league", plan, self.plugins)
             ...
             return RoleHandles(league=league, rollouts=[...], buffer=..., learner=...)
+
+An executor that restarts a role whose worker died says so with ``report_restart(role, cause,
+restarts, max_restarts, pid)``: the run writes a ``restart`` record (metrics.jsonl, every
+tracker, the console's one line) and counts it in its summaries.
 """
 
 from __future__ import annotations
 
+import contextvars
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -172,6 +179,34 @@ class RoleHandles:
         return found
 
 
+@dataclass(frozen=True)
+class RoleRestart:
+    """A role whose worker died and was started anew by the executor."""
+
+    role: str
+    cause: str
+    restarts: int
+    max_restarts: int
+    pid: int | None = None
+
+
+#: the running run's receiver of restarts (set by the run for the tasks and threads it starts)
+restart_sink: contextvars.ContextVar[Callable[[RoleRestart], None] | None] = contextvars.ContextVar(
+    "unstable_restart_sink", default=None)
+
+
+def report_restart(role: str, cause: str, restarts: int, max_restarts: int, pid: int | None = None) -> None:
+    """Tell the run that ``role``'s worker died (``cause``, one line) and a new one is starting:
+    the ``restarts``-th of the ``max_restarts`` the executor allows. Call it from the driver's
+    event loop or a thread it started (where the run's context is); outside a run it is logged."""
+    event = RoleRestart(role=role, cause=cause, restarts=restarts, max_restarts=max_restarts, pid=pid)
+    sink = restart_sink.get()
+    if sink is None:
+        logging.getLogger("unstable").warning("%s died (%s); restarting it (%d of %d)", role, cause, restarts, max_restarts)
+    else:
+        sink(event)
+
+
 _LAZY = {"RunPlan": "runtime.plan", "Recipe": "runtime.plan", "build_role": "runtime.roles.start",
          "PluginRecipe": "plugins"}
 
@@ -184,4 +219,5 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = ["LeagueHandle", "RolloutHandle", "BufferHandle", "LearnerHandle", "ROLE_PROTOCOLS", "RoleHandles",
+           "RoleRestart", "report_restart", "restart_sink",
            "RunPlan", "Recipe", "build_role", "PluginRecipe"]

@@ -16,6 +16,7 @@ so far); ``time`` is seconds since the run started.
 ``transcript``  one per game whose transcript goes to ``games/`` (a seeded sample), only for
                 trackers whose ``TrackerSpec.transcripts`` says so
 ``resume``      where a resumed run went on: the snapshot's learner step
+``restart``     a role's worker died and the executor started a new one (``report_restart``)
 ``start``       first of a run (and of each resumed leg): what it plans, its config and plugins
 ``end``         last of a run: how it ended (completed, interrupted, failed)
 =============== ===================================================================================
@@ -101,6 +102,7 @@ class SummaryRecord(Record):
     buffer_capacity: int = 0
     dropped_zero_advantage: int = 0
     generated_tokens: int = Field(0, description="Completion tokens generated so far (every mode; 0 for scripted agents).")
+    restarts: int = Field(0, description="Roles the executor restarted since the run (or its resumed leg) started.")
     envs: dict[str, dict[str, EnvTotals]] = Field(default_factory=dict, description="{mode: {env_id: totals}}.")
 
 
@@ -178,6 +180,18 @@ class ResumeRecord(Record):
                                 "edited metrics log), one line each; empty when nothing was damaged.")
 
 
+class RestartRecord(Record):
+    """The worker of role ``role`` died and the executor started a new one (the lost games are
+    played again): why, and how many of the run's restarts are used."""
+
+    type: Literal["restart"] = "restart"
+    role: str = Field(description="The role whose worker died, e.g. rollout-0.")
+    cause: str = Field(description="Why it died, in one line (a signal, an exit, the executor's reason).")
+    pid: int | None = Field(None, description="The process id of the worker that died, when known.")
+    restarts: int = Field(description="Restarts so far in this run, this one included.")
+    max_restarts: int = Field(description="Restarts the executor allows over the run.")
+
+
 class StartRecord(Record):
     """What a run plans: ``total`` learner steps (``mode = "train"``) or tournament games."""
 
@@ -199,6 +213,6 @@ class EndRecord(Record):
 
 
 __all__ = [
-    "Record", "ResumeRecord", "TrainRecord", "EvalRecord", "EvalSkippedRecord", "EnvTotals", "SummaryRecord", "RatingsRecord", "GameRecord",
+    "Record", "ResumeRecord", "RestartRecord", "TrainRecord", "EvalRecord", "EvalSkippedRecord", "EnvTotals", "SummaryRecord", "RatingsRecord", "GameRecord",
     "PairCount", "StartRecord", "EndRecord", "TranscriptRecord", "TranscriptTurn",
 ]

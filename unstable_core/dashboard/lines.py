@@ -31,4 +31,6 @@ def eval_line(r: Mapping[str, Any]) -> str:
 
 def end_line(state: DashboardState) -> str:
     error = f": {state.error}" if state.error else ""
-    return f"[{state.name}] {state.status}{error}: {state.games:,} games, {state.step} learner steps, {state.failed} failed"
+    restarts = f", {len(state.restarts)} restarted" if state.restarts else ""
+    return (f"[{state.name}] {state.status}{error}: {state.games:,} games, {state.step} learner steps, {state.failed} failed"
+            f"{restarts}")

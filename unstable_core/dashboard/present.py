@@ -13,7 +13,7 @@ from typing import Any, TextIO
 from ..progress import Task, set_sink
 from .lines import end_line, eval_line, progress_line
 from .state import DashboardState
-from .view import render
+from .view import render, restart_line
 
 TICK_S = 1.0
 
@@ -71,6 +71,8 @@ class Presenter:
         elif kind == "resume" and record.get("repaired"):
             for line in record["repaired"]:
                 self.write(f"[{self.state.name}] resumed with a repair: {line}")
+        elif kind == "restart":
+            self.write(f"[{self.state.name}] {restart_line(record)}")
         elif kind == "end":
             self.write(end_line(self.state))
         elif kind in ("summary", "train") and (self.last_line is None or self.state.time - self.last_line >= self.every_s):

@@ -43,6 +43,7 @@ class DashboardState:
         self.evals: dict[tuple[str, str, str], dict[str, Any]] = {}  # (env, model, opponent) -> latest
         self.ratings: dict[str, dict[str, float]] = {}
         self.pairs: list[dict[str, Any]] = []
+        self.restarts: list[dict[str, Any]] = []  # the restart records, oldest first
 
     # -- folding records --------------------------------------------------------------------------
     def add(self, record: Mapping[str, Any]) -> None:
@@ -79,6 +80,9 @@ class DashboardState:
             self.summaries.popleft()
         if self.mode == "tournament":
             self._progress(r["time"])
+
+    def _on_restart(self, r: Mapping[str, Any]) -> None:
+        self.restarts.append(dict(r))
 
     def _on_eval(self, r: Mapping[str, Any]) -> None:
         self.evals[(r["env_id"], r["model"], r["opponent"])] = dict(r)

@@ -9,6 +9,7 @@ ellipsis), never a number.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ..progress import clock
@@ -95,6 +96,12 @@ def failure_parts(state: DashboardState) -> list[str]:
         return []
     reasons = [f"{k} {v}" for k, v in sorted(state.failures.items(), key=lambda kv: (-kv[1], kv[0]))]
     return [f"failures: {state.failed}", *reasons]
+
+
+def restart_line(r: Mapping[str, Any]) -> str:
+    """``rollout-0 (pid 3519) died at step 12: killed by SIGKILL; restarted (1 of 3)``."""
+    pid = f" (pid {r['pid']})" if r.get("pid") is not None else ""
+    return f"{r['role']}{pid} died at step {r['step']}: {r['cause']}; restarted ({r['restarts']} of {r['max_restarts']})"
 
 
 def failures_text(state: DashboardState) -> str:
@@ -212,6 +219,7 @@ def render(state: DashboardState, width: int) -> Any:
     parts: list[Any] = [head, bar]
     parts += [Text(line) for line in pack(throughput_parts(state), width) + pack(learner_parts(state), width)]
     parts += [Text(line, style="red") for line in pack(failure_parts(state), width, sep=" · ")]
+    parts += [Text(restart_line(r), style="yellow") for r in state.restarts[-3:]]  # the latest few
     limit = 8 if wide else 6
     # a section shows once it has data: empty tables before the first games only take room
     if state.envs:

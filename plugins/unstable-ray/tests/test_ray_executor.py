@@ -53,6 +53,33 @@ def test_a_rollout_actor_killed_mid_run_is_restarted_and_the_run_gives_the_same_
     assert outcomes(result) == outcomes(local_tournament)  # the lost batches were played again
 
 
+def test_a_rollout_worker_killed_by_sigkill_is_one_line_a_restart_record_and_a_count(cluster, tmp_path, capsys):
+    """``kill -9`` of the rollout's worker process (named ``ray::RolloutActor``): the run goes on,
+    the console says it in one line naming the role and pid (none of Ray's own paragraphs), and
+    metrics.jsonl holds a ``restart`` record counted by the summaries."""
+    import json
+    import signal
+
+    from unstable_ray.testing import RolloutKiller
+
+    killer = RolloutKiller(at_games=(48,), signal=signal.SIGKILL)
+    system = unstable_core.load_plugins(extra=[("killer", killer)])
+    cfg = {**TOURNAMENT, "executor": ray_executor(max_restarts=2), "trackers": [{"name": "jsonl"}, {"name": "console", "live": False}]}
+    result = unstable_core.run(cfg, run_dir=tmp_path / "ray", plugins=system)
+    assert result.status == "completed" and result.games_played == 200
+    assert killer.titles[0].startswith("ray::RolloutActor"), killer.titles
+    records = [json.loads(line) for line in (tmp_path / "ray" / "metrics.jsonl").read_text().splitlines()]
+    (restart,) = [r for r in records if r["type"] == "restart"]
+    assert restart["role"] == "rollout-0" and restart["pid"] == killer.killed_pids[0]
+    assert (restart["restarts"], restart["max_restarts"]) == (1, 2) and "\n" not in restart["cause"]
+    assert [r for r in records if r["type"] == "summary"][-1]["restarts"] == 1
+    out = capsys.readouterr()
+    died = [line for line in (out.out + out.err).splitlines() if "died" in line]
+    assert len(died) == 1 and f"] rollout-0 (pid {killer.killed_pids[0]}) died at step 0: " in died[0], died
+    assert died[0].endswith("; restarted (1 of 2)") and len(died[0]) < 200, died
+    assert "(raylet)" not in out.out + out.err
+
+
 def test_a_rollout_actor_dying_past_max_restarts_fails_the_run_naming_it(cluster, tmp_path):
     from unstable_ray.testing import RolloutKiller
 
@@ -119,3 +146,22 @@ def test_without_a_shared_filesystem_replicas_serve_past_checkpoints_from_their_
         assert [r.game for r in results] == specs  # the results name the seats as the driver does
     finally:
         executor.shutdown()
+
+
+RAY_DEATH = ("The actor died unexpectedly before finishing this task.\n\tclass_name: RolloutActor\nThe actor is dead because its "
+             "worker process has died. Worker exit type: SYSTEM_ERROR Worker exit detail: Worker unexpectedly exits with a "
+             "connection error code 2. End of file. Some common causes include: (1) the process was killed by the OOM killer")
+
+
+def test_a_death_is_one_short_line_and_rays_whole_account_only_when_verbose(monkeypatch, caplog):
+    from ray.exceptions import RayActorError
+
+    from unstable_ray.actors import death
+
+    exc = RayActorError(error_msg=RAY_DEATH)
+    short = "its worker process has died (SYSTEM_ERROR: Worker unexpectedly exits with a connection error code 2. End of file)"
+    monkeypatch.delenv("UNSTABLE_VERBOSE", raising=False)
+    assert death(exc) == short and "OOM killer" not in caplog.text
+    assert death(RayActorError(error_msg="The actor was killed by ray.kill().")) == "The actor was killed by ray.kill()."
+    monkeypatch.setenv("UNSTABLE_VERBOSE", "1")
+    assert death(exc) == short and "Some common causes include: (1) the process was killed by the OOM killer" in caplog.text

@@ -1,6 +1,7 @@
 """The actor that holds one role of a run, and the handles through which the driver awaits it.
 
-A ``RoleActor`` is an async Ray actor: it builds its role with the driver's plugins (loaded from
+A ``RoleActor`` is an async Ray actor, one class a role (``LeagueActor``, ``BufferActor``,
+``LearnerActor``, ``RolloutActor``: what ``ps`` shows, ``ray::RolloutActor.play``): it builds its role with the driver's plugins (loaded from
 the plugin system's picklable recipe), then serves ``call(method, *args)``; coroutines run on the
 actor's event loop, so a rollout plays every game of its batches concurrently and nothing blocks
 (a blocking learner trains in a worker thread, as in-process).
@@ -9,7 +10,9 @@ A ``RoleHandle`` turns ``await handle.update(batch)`` into one actor call. An er
 raised comes back as itself (a ComponentError names its component, as with the local executor);
 an actor that died fails the run, naming the role and the cause. A ``RolloutActorHandle`` restarts a
 dead rollout actor instead (up to the executor's ``max_restarts``), publishes the last checkpoint
-to the new one and plays the lost games again.
+to the new one and plays the lost games again; the run records the restart (``report_restart``:
+one line on the console, a ``restart`` record). Ray's own account of a death only with
+``--verbose``.
 """
 
 from __future__ import annotations
@@ -28,16 +31,16 @@ import ray
 from ray.exceptions import RayActorError, RayTaskError
 
 from unstable_core import Checkpoint, RunFailed
-from unstable_core.executors import build_role
+from unstable_core.executors import build_role, report_restart
+from unstable_core.progress import verbose
 
 from . import wire
 
 log = logging.getLogger("unstable.ray")
 
 
-@ray.remote
 class RoleActor:
-    """One role, built in this worker process."""
+    """One role, built in this worker process (``ACTOR_CLASSES``: a Ray actor class a role)."""
 
     def __init__(self) -> None:
         self.role: Any = None
@@ -49,6 +52,10 @@ class RoleActor:
         # what exists now (Ray's and the plugins' modules, models, tokenizers) lives as long as
         # the actor: out of the collector's way (the gain: docs/performance.md, bench/ray_rollout.py)
         gc.freeze()
+        return os.getpid()
+
+    async def pid(self) -> int:
+        """This worker's process id."""
         return os.getpid()
 
     async def call(self, method: str, args: Any) -> Any:
@@ -98,6 +105,27 @@ class RoleActor:
             shutil.rmtree(directory, ignore_errors=True)
 
 
+class LeagueActor(RoleActor):
+    """The league's actor."""
+
+
+class BufferActor(RoleActor):
+    """The buffer's actor."""
+
+
+class LearnerActor(RoleActor):
+    """The learner's actor."""
+
+
+class RolloutActor(RoleActor):
+    """A rollout replica's actor."""
+
+
+#: role -> its actor class: the class name is the worker's process title (``ray::RolloutActor.play``)
+ACTOR_CLASSES = {"league": ray.remote(LeagueActor), "buffer": ray.remote(BufferActor),
+                 "learner": ray.remote(LearnerActor), "rollout": ray.remote(RolloutActor)}
+
+
 def checkpoint_files(path: str) -> dict[str, bytes]:
     """Every file under a checkpoint directory, by relative path."""
     root = Path(path)
@@ -111,10 +139,17 @@ def original(exc: RayTaskError) -> BaseException:
 
 
 def death(exc: RayActorError) -> str:
-    """Why an actor died, in one line."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    reason = [line for line in lines if line.startswith("The actor is dead because")]
-    return (reason[0] if reason else lines[0] if lines else type(exc).__name__).removeprefix("The actor is dead because ")
+    """Why an actor died, in one short line (Ray's whole account is logged with ``--verbose``)."""
+    text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    if verbose():
+        log.warning("ray: %s", text)
+    reason = text[text.find("The actor is dead because"):] if "The actor is dead because" in text else text
+    reason = reason.removeprefix("The actor is dead because ").split(" Some common causes")[0].split(" There are some potential")[0]
+    if "Worker exit type:" in reason:  # "its worker process has died. Worker exit type: SYSTEM_ERROR Worker exit detail: ..."
+        head, _, rest = reason.partition(" Worker exit type: ")
+        kind, _, detail = rest.partition(" Worker exit detail: ")
+        reason = f"{head.rstrip('.')} ({kind.strip()}: {detail.strip().rstrip('.')})"
+    return (reason or type(exc).__name__).strip()
 
 
 class RoleHandle:
@@ -192,8 +227,7 @@ class RolloutActorHandle(RoleHandle):
                 raise RunFailed(f"ray executor: the {self.name} actor died ({cause}) and the run's max_restarts "
                                 f"({limit}) are used up")
             executor.restarts += 1
-            log.warning("ray executor: the %s actor died (%s); restarting it (%d of %d restarts)", self.name, cause,
-                        executor.restarts, limit)
+            report_restart(self.name, cause, executor.restarts, limit, pid=executor.pids.get(self.name))
             self.actor = await asyncio.to_thread(executor.start_rollout, self.index)
             self.generation += 1
             if self.checkpoint is None:

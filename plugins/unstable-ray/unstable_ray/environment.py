@@ -25,3 +25,27 @@ def prepare_local_cluster() -> None:
     node's object store (Ray's default limit: 100 KiB), and two scripted rollout replicas play
     ~17 % more games/s (docs/ray.md). A cluster started by hand takes the same variable."""
     os.environ.setdefault(INLINE_RESULT_VAR, str(4 * 1024 * 1024))
+
+
+def quiet_ray() -> None:
+    """Ray's driver prints what the raylet reports (a worker that died: a paragraph of causes) to
+    the console whatever ``log_to_driver`` says; the executor says it in one line instead
+    (``report_restart``), so without ``--verbose`` these go to the ``ray`` logger at debug level.
+    Ray's private printing function is wrapped when it is there; if Ray moves it, nothing changes."""
+    import logging
+
+    from ray._private import worker
+
+    printer = getattr(worker, "print_to_stdstream", None)
+    if printer is None or getattr(printer, "unstable_quiet", False):
+        return
+
+    def print_to_stdstream(data: dict, ignore_prefix: bool) -> None:
+        if data.get("pid") == "raylet":
+            for line in data.get("lines", []):
+                logging.getLogger("ray").debug("(raylet) %s", line)
+            return
+        printer(data, ignore_prefix)
+
+    print_to_stdstream.unstable_quiet = True  # type: ignore[attr-defined]
+    worker.print_to_stdstream = print_to_stdstream

@@ -13,6 +13,7 @@ started them.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import signal
 import socket
@@ -26,19 +27,23 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from unstable_core import Checkpoint, RunFailed
 from unstable_core.executors import RoleHandles, build_role
+from unstable_core.progress import verbose
 
-from .actors import RoleActor, RoleHandle, RolloutActorHandle, checkpoint_files, death, original
-from .environment import prepare_local_cluster
+from .actors import ACTOR_CLASSES, RoleHandle, RolloutActorHandle, checkpoint_files, death, original
+from .environment import prepare_local_cluster, quiet_ray
 from .options import RayOptions, Resources
 
 
 def connect(options: RayOptions) -> bool:
     """Connect to the cluster the options name, or use the Ray already initialised here, or
     start a local one; return whether this call started Ray (and so must stop it)."""
+    if not verbose():
+        quiet_ray()  # whoever started Ray: the executor reports deaths itself
     if ray.is_initialized():
         return False
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a local cluster needs no token
-    kwargs: dict[str, Any] = {"include_dashboard": False, "namespace": options.namespace, "log_to_driver": True}
+    kwargs: dict[str, Any] = {"include_dashboard": False, "namespace": options.namespace, "log_to_driver": True,
+                              "logging_level": logging.INFO if verbose() else logging.WARNING}
     if options.address is None:
         kwargs["num_cpus"] = options.num_cpus
         prepare_local_cluster()
@@ -85,6 +90,7 @@ class RayExecutor:
         self.group: Any = None
         self.bundle_of: dict[str, int] = {}
         self.actors: dict[str, Any] = {}
+        self.pids: dict[str, int] = {}  # role -> its actor's process id
         self._sent: tuple[str, Any] | None = None  # (checkpoint uid, object ref of its bytes)
         self.published: list[Checkpoint] = []  # every checkpoint published to the replicas, in order
         self._lock = threading.Lock()
@@ -138,7 +144,7 @@ class RayExecutor:
         if name in self.bundle_of:
             kwargs["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
                 placement_group=self.group, placement_group_bundle_index=self.bundle_of[name])
-        actor = RoleActor.options(**kwargs).remote()
+        actor = ACTOR_CLASSES[name.split("-")[0]].options(**kwargs).remote()
         self.actors[name] = actor
         return actor
 
@@ -147,7 +153,7 @@ class RayExecutor:
         refs = [self.actors[n].build.remote(n.split("-")[0], self.plan, self.plugins.recipe) for n in names]
         for name, ref in zip(names, refs):
             try:
-                ray.get(ref)
+                self.pids[name] = ray.get(ref)
             except RayTaskError as exc:
                 raise original(exc) from None
             except RayActorError as exc:

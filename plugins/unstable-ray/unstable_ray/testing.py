@@ -3,12 +3,18 @@
     system = unstable_core.load_plugins(extra=[("killer", RolloutKiller(at_games=(50,)))])
     unstable_core.run(config, plugins=system)   # rollout-0 is killed once 50 games have ended
 
+``ray.kill`` by default; with ``signal`` (e.g. ``signal.SIGKILL``) its worker process gets that
+signal, as from ``kill -9`` (the cluster must be on this machine). ``killed_pids`` and ``titles``
+(each killed process's command line, ``ray::RolloutActor...``) say whom it killed.
+
 It implements only ``unstable_game_end``, which runs in the driver's process: the actors load it
 too (with the run's plugins) but never call it.
 """
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -17,18 +23,28 @@ from unstable_core import hookimpl
 
 
 class RolloutKiller:
-    def __init__(self, at_games: tuple[int, ...], replica: int = 0, namespace: str = "unstable") -> None:
+    def __init__(self, at_games: tuple[int, ...], replica: int = 0, namespace: str = "unstable", signal: int | None = None) -> None:
         self.at_games = set(at_games)
         self.replica = replica
         self.namespace = namespace
+        self.signal = signal
         self.games = 0
         self.killed = 0
+        self.killed_pids: list[int] = []
+        self.titles: list[str] = []
 
     @hookimpl
     def unstable_game_end(self, ctx: Any) -> None:
         self.games += 1
         if self.games in self.at_games:
-            ray.kill(rollout_actor(ctx.run_dir, self.replica, self.namespace), no_restart=True)
+            actor = rollout_actor(ctx.run_dir, self.replica, self.namespace)
+            if self.signal is None:
+                ray.kill(actor, no_restart=True)
+            else:
+                pid = ray.get(actor.pid.remote())
+                self.titles.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip())
+                self.killed_pids.append(pid)
+                os.kill(pid, self.signal)
             self.killed += 1
 
 

@@ -167,6 +167,22 @@ def test_exact_policy_metrics_are_logged_per_env_and_model(tmp_path):
     assert [v for _, v in run.series("policy/openspiel_kuhn_poker/tiny/nash_conv")] == [0.96, 0.96]
 
 
+def test_a_restart_is_logged_with_its_count_and_role(tmp_path):
+    """A ``restart`` record (an executor restarted a role) goes to ``executor/restarts`` and
+    ``executor/restarted/<role>``; the summary's count to ``collection/restarts``."""
+    from unstable_core import RestartRecord, SummaryRecord, build_component, get_plugin_system
+
+    options = {k: v for k, v in wandb_config().items() if k != "name"}
+    tracker = build_component("tracker", "wandb", options, plugins=get_plugin_system(), run_dir=str(tmp_path))
+    tracker.log(RestartRecord(step=3, time=1.0, role="rollout-0", cause="killed by SIGKILL", pid=12, restarts=1, max_restarts=3))
+    tracker.log(SummaryRecord(step=3, time=2.0, games=40, games_per_s=20.0, failed=0, restarts=1))
+    tracker.close()
+    (run,) = read_offline_runs(tmp_path)
+    assert [v for _, v in run.series("executor/restarts")] == [1]
+    assert [v for _, v in run.series("executor/restarted/rollout-0")] == [1]
+    assert [v for _, v in run.series("collection/restarts")] == [1]
+
+
 def test_its_files_stay_in_the_run_directory_and_the_display_name_is_an_option(make_plugin_system, tmp_path):
     system = make_plugin_system(toy_plugin, WANDB)
     for bad in ("/tmp/elsewhere", "../out", "a/../../b"):

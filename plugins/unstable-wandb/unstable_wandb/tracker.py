@@ -17,6 +17,8 @@ record          logged as
                 ``policy/<env>/<model>/<metric>`` (exploitability, nash_conv, invalid_mass)
 ``summary``     ``collection/...`` (games/s, failures, buffer, per (mode, env) rates over every game so
                 far: ``win_rate_so_far``, ...) at ``games``
+``restart``     ``executor/restarts`` (so far) and ``executor/restarted/<role>`` (1) at ``learner_step``;
+                the summary's count as ``collection/restarts``
 ``ratings``     ``ratings/<model>/<number>`` at ``games``
 ``transcript``  rows of the ``transcripts`` table (step, env, seed, player, prompt,
                 completion, action, reward), logged incrementally every ``table_every_s``
@@ -125,7 +127,7 @@ class WandbTracker:
         data: dict[str, Any] = {
             "games": r.games, "collection/games_per_s": r.games_per_s, "collection/failed": r.failed,
             "collection/buffer_size": r.buffer_size, "collection/generated_tokens": r.generated_tokens,
-            "collection/learner_step": r.step,
+            "collection/learner_step": r.step, "collection/restarts": r.restarts,
         }
         data.update({f"collection/failures/{key_part(reason)}": n for reason, n in r.failures.items()})
         for mode, per_env in r.envs.items():
@@ -134,6 +136,9 @@ class WandbTracker:
                 data.update({f"{base}/{k}_so_far" if k.endswith("_rate") else f"{base}/{k}": v
                              for k, v in totals.model_dump().items()})
         self.run.log(data)
+
+    def _on_restart(self, r: Any) -> None:
+        self.run.log({"learner_step": r.step, "executor/restarts": r.restarts, f"executor/restarted/{key_part(r.role)}": 1})
 
     def _on_ratings(self, r: Any) -> None:
         data: dict[str, Any] = {"games": r.games}

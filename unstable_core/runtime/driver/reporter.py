@@ -21,7 +21,7 @@ class Reporter:
             step=state.step, time=now, games=state.games_played, games_per_s=state.games_played / max(now, 1e-9),
             failed=sum(state.failures.values()), failures=dict(state.failures), buffer_size=await run.roles.buffer.size(),
             buffer_capacity=self.capacity, dropped_zero_advantage=state.dropped,
-            generated_tokens=state.stats.generated_tokens, envs=state.stats.snapshot(),
+            generated_tokens=state.stats.generated_tokens, restarts=state.restarts, envs=state.stats.snapshot(),
         ))
         snapshot = await run.roles.league.snapshot()
         run.out.log(RatingsRecord(step=state.step, time=now, games=state.games_played, ratings=snapshot["ratings"],

@@ -17,10 +17,10 @@ from __future__ import annotations
 import asyncio
 
 from ...errors import ComponentError, ConfigError, RunFailed, describe_error
-from ...executors import RoleHandles
+from ...executors import RoleHandles, RoleRestart, restart_sink
 from ...plugins import PluginSystem
 from ...protocols import Executor
-from ...records import EndRecord, EvalRecord, StartRecord
+from ...records import EndRecord, EvalRecord, RestartRecord, StartRecord
 from ...result import RunResult, RunStatus
 from ...types import Checkpoint, RunEndContext, RunStartContext
 from ..building import Builder
@@ -69,6 +69,7 @@ class RunSteps:
                                 resumed=snapshot is not None, config=c.model_dump(mode="json"), plugins=records)
             if snapshot is None:  # a resumed run's log is cut back to its snapshot first
                 output.log(start)
+            restart_sink.set(lambda event: self.on_restart(output, event))  # this task's context: its tasks and threads
             self.roles = roles = await start_roles(executor, plan, builder.label("executor"))
             run = RunContext(cfg=plan.config, run_dir=plan.run_dir, roles=roles, out=output, system=plugins)
             self.driver = driver = Driver(run, await roles.buffer.capacity())
@@ -91,6 +92,14 @@ class RunSteps:
         finally:
             self.result = await self.finish(output, status, error)
         return self.result
+
+    def on_restart(self, output: RunOutput, event: RoleRestart) -> None:
+        """An executor restarted a role (``report_restart``): a ``restart`` record, counted."""
+        state = self.driver.state if self.driver is not None else None
+        if state is not None:
+            state.restarts += 1
+        output.log(RestartRecord(step=state.step if state is not None else 0, time=output.now(), role=event.role,
+                                 cause=event.cause, pid=event.pid, restarts=event.restarts, max_restarts=event.max_restarts))
 
     async def finish(self, output: RunOutput, status: RunStatus, error: str | None) -> RunResult:
         """Flush everything, whatever happened; a failure here does not hide the first one."""

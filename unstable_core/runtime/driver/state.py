@@ -27,6 +27,7 @@ class DriverState:
     eval_records: list[EvalRecord] = field(default_factory=list)
     checkpoints: list[Checkpoint] = field(default_factory=list)  # every one saved, oldest first
     resumed: bool = False  # went on from a snapshot
+    restarts: int = 0  # roles the executor restarted in this leg of the run (not in snapshots)
     stats: CollectionStats = field(default_factory=CollectionStats)
 
     @property
