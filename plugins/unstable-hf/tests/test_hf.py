@@ -79,13 +79,13 @@ def test_warm_start_games_against_an_opponent_imitate_one_agent_on_many_boards()
     alone = scripted_games(spec, 20, seed=1)
     assert pairs
     seats = set()
-    for prompt, [completion] in pairs:
+    for prompt, [completion], _ in pairs:
         seats.add(re.search(r"You are Player (\d)", prompt).group(1))
         free = re.findall(r"'\[(\d)\]'", prompt.split("Available Moves:")[-1])
         assert completion == "\\boxed{[" + free[0] + "]}"  # first-valid's move: random-valid's are not kept
     assert seats == {"0", "1"}  # the imitated agent sits in both seats
-    boards = {p.split("Current Board:")[-1] for p, _ in pairs}
-    assert len(boards) > 3 * len({p.split("Current Board:")[-1] for p, _ in alone})  # random-valid varies the games
+    boards = {p.split("Current Board:")[-1] for p, _, _ in pairs}
+    assert len(boards) > 3 * len({p.split("Current Board:")[-1] for p, _, _ in alone})  # random-valid varies the games
 
 
 def test_all_valid_targets_are_every_available_move_of_each_imitated_position():
@@ -96,16 +96,36 @@ def test_all_valid_targets_are_every_available_move_of_each_imitated_position():
     spec = TinySpec.parse("tiny:TicTacToe-v0-train?sft_targets=all-valid")
     assert spec.key() != TinySpec.parse("tiny:TicTacToe-v0-train").key()
     assert TinySpec.parse("tiny?sft_targets=agent").key() == TinySpec.parse("tiny").key()  # earlier caches stay valid
-    with pytest.raises(ValueError, match=r"sft_targets: Input should be 'agent' or 'all-valid'"):
+    with pytest.raises(ValueError, match=r"sft_targets: Input should be 'agent', 'all-valid' or 'policy'"):
         TinySpec.parse("tiny?sft_targets=all")
-    pairs = scripted_games(spec, 10, seed=1, all_valid=True)
-    assert [p for p, _ in pairs] == [p for p, _ in scripted_games(spec, 10, seed=1)]  # the same games
+    pairs = scripted_games(spec, 10, seed=1, targets="all-valid")
+    assert [p for p, _, _ in pairs] == [p for p, _, _ in scripted_games(spec, 10, seed=1)]  # the same games
     sizes = set()
-    for prompt, completions in pairs:
+    for prompt, completions, weights in pairs:
         free = re.findall(r"'\[(\d)\]'", prompt.split("Available Moves:")[-1])
         assert completions == ["\\boxed{[" + cell + "]}" for cell in free]
+        assert weights is None  # evenly
         sizes.add(len(completions))
     assert max(sizes) == 9 and min(sizes) < 6
+
+
+def test_policy_targets_weigh_each_valid_move_by_the_agent_mixed_with_even_weights():
+    from unstable_hf.tiny import scripted_games
+
+    spec = TinySpec.parse("tiny:TicTacToe-v0-train?sft_agent=first-valid&sft_targets=policy&sft_mix=0.2")
+    assert spec.key() != TinySpec.parse("tiny:TicTacToe-v0-train?sft_agent=first-valid&sft_targets=policy").key()
+    assert TinySpec.parse("tiny?sft_mix=1").key() == TinySpec.parse("tiny").key()  # earlier caches stay valid
+    with pytest.raises(ValueError, match=r"sft_mix: Input should be less than or equal to 1"):
+        TinySpec.parse("tiny?sft_targets=policy&sft_mix=1.5")
+    with pytest.raises(ValueError, match=r"sft_mix .* needs sft_targets=policy"):
+        TinySpec.parse("tiny?sft_mix=0.5")
+    pairs = scripted_games(spec, 6, seed=1, targets="policy")
+    assert [p for p, _, _ in pairs] == [p for p, _, _ in scripted_games(spec, 6, seed=1)]  # the same games
+    for _, completions, weights in pairs:
+        n = len(completions)
+        assert n > 1 and weights is not None and sum(weights) == pytest.approx(1.0)
+        # first-valid always answers the first free cell: it gets its share and the even part, the rest the even part
+        assert weights == pytest.approx([0.2 + 0.8 / n] + [0.8 / n] * (n - 1))
 
 
 def _probabilities(model, tok, prompt, answers):
@@ -119,21 +139,21 @@ def _probabilities(model, tok, prompt, answers):
     return out
 
 
-def test_a_warm_start_on_several_answers_learns_their_even_mixture_and_on_one_answer_that_answer():
+def test_a_warm_start_on_several_answers_learns_their_mixture_and_on_one_answer_that_answer():
     from unstable_hf.tiny import build_model, supervised_warm_start, train_tokenizer
 
     spec = TinySpec.parse("tiny?sft_steps=60&sft_batch=2&sft_lr=5e-3&hidden=64&heads=2&kv_heads=1&intermediate=64&vocab_size=400")
-    prompts = [f"<|im_start|>user\nBoard {b}: pick a cell<|im_end|>\n<|im_start|>assistant\n" for b in ("A", "B")]
+    prompts = [f"<|im_start|>user\nBoard {b}: pick a cell<|im_end|>\n<|im_start|>assistant\n" for b in ("A A A A A A", "B B B B B B")]
     answers = ["\\boxed{[1]}", "\\boxed{[7]}", "\\boxed{[4]}"]
     tok = train_tokenizer(prompts + answers, spec.vocab_size)
     mixture = build_model(spec, tok)
-    losses = supervised_warm_start(mixture, tok, [(prompts[0], answers[:2]), (prompts[1], answers[1:])], spec)
+    losses = supervised_warm_start(mixture, tok, [(prompts[0], answers[:2], None), (prompts[1], answers[1:], [0.2, 0.8])], spec)
     single = build_model(spec, tok)
-    supervised_warm_start(single, tok, [(prompts[0], answers[:1]), (prompts[1], answers[2:])], spec)
+    supervised_warm_start(single, tok, [(prompts[0], answers[:1], None), (prompts[1], answers[2:], None)], spec)
     p1, p7, p4 = _probabilities(mixture, tok, prompts[0], answers)
     assert 0.35 < p1 < 0.65 and 0.35 < p7 < 0.65 and p4 < 0.05, (p1, p7, p4)  # half each, the other prompt's answer not
     q7, q4 = _probabilities(mixture, tok, prompts[1], answers[1:])
-    assert 0.35 < q7 < 0.65 and 0.35 < q4 < 0.65, (q7, q4)
+    assert 0.05 < q7 < 0.35 and 0.65 < q4 < 0.95, (q7, q4)  # by the weights given
     assert _probabilities(single, tok, prompts[0], answers[:1])[0] > 0.9
     assert losses[-1] < losses[0]
 
@@ -282,7 +302,7 @@ def test_a_bad_tiny_spec_fails_the_model_check_naming_the_key():
     directory exists, not when the learner builds the model."""
     plugin.check_model(ModelRef(uid="m", backend="hf", model="tiny:TicTacToe-v0-train?sft_targets=all-valid"))
     plugin.check_model(ModelRef(uid="m", backend="hf", model="Qwen/Qwen3-0.6B"))  # a hub id is not read
-    with pytest.raises(ValueError, match=r"sft_targets: Input should be 'agent' or 'all-valid'"):
+    with pytest.raises(ValueError, match=r"sft_targets: Input should be 'agent', 'all-valid' or 'policy'"):
         plugin.check_model(ModelRef(uid="m", backend="hf", model="tiny?sft_targets=all"))
     with pytest.raises(ValueError, match=r"tiny model: sft_opponent: unknown scripted agent 'randm-valid'"):
         plugin.check_model(ModelRef(uid="m", backend="hf", model="tiny?sft_opponent=randm-valid"))

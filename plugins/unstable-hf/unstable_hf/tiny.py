@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import parse_qsl
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from unstable_core.progress import task
 
@@ -71,12 +71,25 @@ class TinySpec(BaseModel):
         None, min_length=1,
         description="Scripted agent in the other seat of the warm-start games; only sft_agent's moves are imitated (None: sft_agent plays both seats).",
     )
-    sft_targets: Literal["agent", "all-valid"] = Field(
+    sft_targets: Literal["agent", "all-valid", "policy"] = Field(
         "agent",
         description="What the warm start imitates at each of sft_agent's positions: its answer (agent), or every valid "
         "move of the position, equally weighted (all-valid: the distribution random-valid samples from, learned "
-        "without its sampling noise; sft_agent then only plays the games).",
+        "without its sampling noise; sft_agent then only plays the games), or every valid move weighted by the "
+        "probability sft_agent gives it (policy: its whole distribution; the backend must score completions), mixed "
+        "with the even weights by sft_mix.",
     )
+    sft_mix: float = Field(
+        1.0, ge=0, le=1,
+        description="With sft_targets = 'policy': the share of sft_agent's probabilities in each target, the rest "
+        "spread evenly over the valid moves (0.2: a weak player, a fifth the agent and four fifths random).",
+    )
+
+    @model_validator(mode="after")
+    def _mix_needs_policy_targets(self) -> TinySpec:
+        if self.sft_mix != 1.0 and self.sft_targets != "policy":
+            raise ValueError("sft_mix mixes sft_agent's probabilities with even weights: it needs sft_targets=policy")
+        return self
 
     @classmethod
     def parse(cls, text: str) -> TinySpec:
@@ -99,7 +112,8 @@ class TinySpec(BaseModel):
         try:
             return cls.model_validate(data)
         except ValidationError as e:
-            problems = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
+            problems = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" if err["loc"] else
+                                 err["msg"].removeprefix("Value error, ") for err in e.errors())
             raise ValueError(f"bad tiny model spec {text!r}: {problems}") from None
 
     def check_agents(self) -> None:
@@ -125,7 +139,8 @@ class TinySpec(BaseModel):
         from unstable_core import env_provider_of, get_plugin_system
 
         # keys of earlier specs unchanged: options at their defaults that were added later are left out
-        unset = {k for k, default in (("sft_opponent", None), ("sft_targets", "agent"), ("sft_backend", "scripted"))
+        unset = {k for k, default in (("sft_opponent", None), ("sft_targets", "agent"), ("sft_backend", "scripted"),
+                                      ("sft_mix", 1.0))
                  if getattr(self, k) == default}
         providers = sorted({env_provider_of(e, "textarena") for e in self.env_ids} - {"textarena"})
         system = get_plugin_system() if providers else None
@@ -133,17 +148,31 @@ class TinySpec(BaseModel):
         return hashlib.sha256((self.model_dump_json(exclude=unset) + f"|build{BUILD_VERSION}{versions}").encode()).hexdigest()[:16]
 
 
-def scripted_games(spec: TinySpec, games: int, seed: int, opponent: str | None = None, all_valid: bool = False) -> Targets:
-    """(prompt, [completion]) pairs of the scripted agent playing itself on the spec's games, or, with
-    `opponent`, only its own pairs against that agent (seats alternating), through the components a
-    run uses (env provider, template, scripted backend). With `all_valid`, each prompt's completions
-    are every valid move of the position instead of the agent's answer. Played on an event loop of
-    its own thread, so a build may start from code that runs in a loop."""
+def scripted_games(spec: TinySpec, games: int, seed: int, opponent: str | None = None,
+                   targets: Literal["agent", "all-valid", "policy"] = "agent") -> Targets:
+    """(prompt, [completion], weights) targets of the scripted agent playing itself on the spec's
+    games, or, with `opponent`, only its own targets against that agent (seats alternating), through
+    the components a run uses (env provider, template, scripted backend). Each prompt's completions
+    are the agent's answer (`agent`), or every valid move of the position, evenly weighted
+    (`all-valid`) or weighted by the agent's probability of it mixed with the even weights by
+    ``spec.sft_mix`` (`policy`). Played on an event loop of its own thread, so a build may start
+    from code that runs in a loop."""
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, _play_scripted(spec, games, seed, opponent, all_valid)).result()
+        return pool.submit(asyncio.run, _play_scripted(spec, games, seed, opponent, targets)).result()
 
 
-async def _play_scripted(spec: TinySpec, games: int, seed: int, opponent: str | None, all_valid: bool) -> Targets:
+def _policy_weights(agent: Any, request: Any, answers: list[str], mix: float) -> list[float]:
+    """The agent's probability of each answer (renormalised over them), mixed with even weights."""
+    scores = getattr(agent, "completion_probabilities", None)
+    if scores is None:
+        raise ValueError("tiny model: sft_targets = 'policy' needs an sft_backend that scores completions")
+    found = [float(p) for p in scores(request, answers)]
+    total = sum(found)
+    agent_share = [p / total for p in found] if total > 0 else [1 / len(answers)] * len(answers)
+    return [mix * p + (1 - mix) / len(answers) for p in agent_share]
+
+
+async def _play_scripted(spec: TinySpec, games: int, seed: int, opponent: str | None, targets: str) -> Targets:
     from unstable_core import EnvSpec, GenerationRequest, ModelRef, build_component, env_provider_of, valid_moves
 
     template = build_component("template", spec.template)
@@ -166,8 +195,11 @@ async def _play_scripted(spec: TinySpec, games: int, seed: int, opponent: str | 
                                         seed=rng.getrandbits(31))
             completion = (await agent.generate(request)).text
             if imitated:
-                moves = valid_moves(obs) if all_valid else []
-                pairs.append((prompt, [f"\\boxed{{{m}}}" for m in moves] or [completion]))
+                answers = [f"\\boxed{{{m}}}" for m in valid_moves(obs)] if targets != "agent" else []
+                if targets == "policy" and answers:
+                    pairs.append((prompt, answers, _policy_weights(agent, request, answers, spec.sft_mix)))
+                else:
+                    pairs.append((prompt, answers or [completion], None))
             done, _ = game.step(template.extract(completion)[0])
             turns += 1
         game.close()
@@ -222,13 +254,13 @@ def build_tiny(spec: TinySpec, path: str | os.PathLike[str], log: Any = None) ->
     quiet_third_party()
     with task(f"playing {spec.corpus_games} scripted games for the tiny model's corpus"):
         corpus = scripted_games(spec, spec.corpus_games, spec.seed)
-    texts = [p for p, _ in corpus] + [c for _, cs in corpus for c in cs]
+    texts = [p for p, _, _ in corpus] + [c for _, cs, _ in corpus for c in cs]
     with task("training the tiny model's tokenizer"):
         tokenizer = train_tokenizer(texts, spec.vocab_size)
     model = build_model(spec, tokenizer)
     losses: list[float] = []
     if spec.sft_steps:
-        pairs = scripted_games(spec, max(50, spec.corpus_games), spec.seed + 1, spec.sft_opponent, spec.sft_targets == "all-valid")
+        pairs = scripted_games(spec, max(50, spec.corpus_games), spec.seed + 1, spec.sft_opponent, spec.sft_targets)
         losses = supervised_warm_start(model, tokenizer, pairs, spec, log)
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(path)

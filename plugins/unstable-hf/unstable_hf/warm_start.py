@@ -1,6 +1,7 @@
-"""The tiny model's supervised warm start: full fine-tuning on (prompt, [answer]) pairs, the loss
-on answer tokens and EOS only. A prompt with several answers is trained towards their even
-mixture, its tokens computed once for all of them (a prefix-shared row)."""
+"""The tiny model's supervised warm start: full fine-tuning on (prompt, [answer], weights) targets,
+the loss on answer tokens and EOS only. A prompt with several answers is trained towards their
+mixture (even, or by the weights given), its tokens computed once for all of them (a
+prefix-shared row)."""
 
 from __future__ import annotations
 
@@ -11,21 +12,23 @@ from unstable_core.progress import task
 if TYPE_CHECKING:
     from .tiny import TinySpec
 
-#: (prompt, answers) pairs; one answer: imitate it, several: imitate their even mixture
-Targets = list[tuple[str, list[str]]]
+#: (prompt, answers, weights): one answer: imitate it; several: imitate their mixture, by the
+#: weights (summing to 1) or, with None, evenly
+Targets = list[tuple[str, list[str], list[float] | None]]
 
 
 def supervised_warm_start(model: Any, tokenizer: Any, pairs: Targets, spec: TinySpec, log: Any = None) -> list[float]:
-    """Full fine-tuning on (prompt, [completion]) pairs: loss on completion tokens and EOS only; a
-    prompt's completions share its weight equally (the cross-entropy to their uniform mixture)."""
+    """Full fine-tuning on (prompt, [completion], weights) targets: loss on completion tokens and EOS
+    only; a prompt's completions share its weight by the weights given or equally (the
+    cross-entropy to their mixture)."""
     import torch
 
     gen = torch.Generator().manual_seed(spec.seed)
     encoded = []
-    for prompt, completions in pairs:
+    for prompt, completions, weights in pairs:
         p = tokenizer(prompt, add_special_tokens=False)["input_ids"]
         cs = [tokenizer(c, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for c in completions]
-        encoded.append((p, cs))
+        encoded.append((p, cs, weights or [1.0 / len(cs)] * len(cs)))
     opt = torch.optim.AdamW(model.parameters(), lr=spec.sft_lr, weight_decay=0.0)
     model.train()
     losses = []
@@ -39,10 +42,10 @@ def supervised_warm_start(model: Any, tokenizer: Any, pairs: Targets, spec: Tiny
     return losses
 
 
-def _warm_start_step(model: Any, tokenizer: Any, encoded: list[tuple[list[int], list[list[int]]]], spec: TinySpec,
-                     gen: Any, opt: Any) -> float:
+def _warm_start_step(model: Any, tokenizer: Any, encoded: list[tuple[list[int], list[list[int]], list[float]]],
+                     spec: TinySpec, gen: Any, opt: Any) -> float:
     """One AdamW step on `sft_batch` random prompts, each with all its completions: the mean
-    completion-token cross-entropy, each token weighted 1 / (its prompt's number of completions).
+    completion-token cross-entropy, each token weighted by its completion's weight.
     Several completions of a prompt share its tokens in one prefix-shared row (computed once)."""
     import torch
 
@@ -51,13 +54,13 @@ def _warm_start_step(model: Any, tokenizer: Any, encoded: list[tuple[list[int], 
     # one answer each: the model's own loss, as before sft_targets existed. The weighted loss below is
     # the same number but summed in another order; this keeps such builds bit-identical, so cached
     # models and the runs measured on them stay valid under the same cache key.
-    if all(len(cs) == 1 for _, cs in batch):
-        return _one_answer_step(model, tokenizer, [(p, cs[0]) for p, cs in batch], opt)
+    if all(len(cs) == 1 for _, cs, _ in batch):
+        return _one_answer_step(model, tokenizer, [(p, cs[0]) for p, cs, _ in batch], opt)
     from .packing import Sequence
     from .prefix import pack_shared
 
-    seqs = [Sequence(p, c, []) for p, cs in batch for c in cs]
-    weights = torch.tensor([1.0 / len(cs) for _, cs in batch for _ in cs])
+    seqs = [Sequence(p, c, []) for p, cs, _ in batch for c in cs]
+    weights = torch.tensor([w for _, _, ws in batch for w in ws])
     packed = pack_shared(seqs, budget=1024)
     logits = model(input_ids=packed.ids, attention_mask=packed.attention, position_ids=packed.position_ids).logits
     token_loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1)[packed.predict_index].float(), packed.targets, reduction="none")

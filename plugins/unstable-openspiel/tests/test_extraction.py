@@ -126,7 +126,7 @@ def test_a_trained_checkpoints_extracted_policy_is_the_one_it_plays(tiny, tmp_pa
     mixed = mixture_exploitability(str(tmp_path / "run"), KUHN)
     assert mixed.members == pytest.approx({"base": 1 / 3, "ckpt-3": 1 / 3, "ckpt-6": 1 / 3}) and 0.0 < mixed.exploitability < 1.0
     with pytest.raises(UnstableError, match="keeps no meta mixture"):
-        mixture_exploitability(str(tmp_path / "run"), KUHN, "meta")  # the run's sampler is `random`
+        mixture_exploitability(str(tmp_path / "run"), KUHN, "meta")  # the run's sampler is `mirror`
 
 
 def test_a_tiny_models_cache_key_follows_the_env_providers_version(monkeypatch):
@@ -158,7 +158,7 @@ def test_a_tiny_model_can_warm_start_on_an_openspiel_agent():
     spec = TinySpec.parse(f"tiny:{KUHN}?sft_agent=best-response:random-valid&sft_backend=openspiel")
     spec.check_agents()
     pairs = scripted_games(spec, 30, seed=0)
-    answers = {(prompt.split("Your card: ")[1][0], completions[0]) for prompt, completions in pairs
+    answers = {(prompt.split("Your card: ")[1][0], completions[0]) for prompt, completions, _ in pairs
                if "Betting so far: none." in prompt}
     assert answers and all(c in ("\\boxed{[pass]}", "\\boxed{[bet]}") for _, c in answers)
     assert len({card for card, _ in answers}) == len(answers)  # one answer per card: a deterministic policy
