@@ -135,3 +135,14 @@ def test_one_run_has_standard_errors_runs_of_unequal_length_are_named_and_a_tour
     assert is_tournament([read_metrics(tournament)]) and not is_tournament([read_metrics(a)])
     out = plot_runs([tournament], tmp_path / "bars.png")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_long_title_is_folded_at_spaces_ampersands_and_commas():
+    from unstable_core.plotting import wrapped
+
+    spec = "kuhn (tiny:openspiel/kuhn_poker?sft_agent=cfr&sft_backend=openspiel&sft_targets=policy&sft_mix=0.2&sft_steps=600): 3 runs"
+    lines = wrapped(spec, width=60).split("\n")
+    assert len(lines) > 1 and all(len(line) <= 60 for line in lines)
+    assert "".join(lines).replace(" ", "") == spec.replace(" ", "")  # nothing lost but the spaces it broke at
+    assert all(line.endswith(("&", ",")) or f"{line} " in spec for line in lines[:-1])  # never inside a word
+    assert wrapped("short") == "short"

@@ -230,10 +230,24 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path | None = None, ceiling
         ax.set_visible(False)
     what = " / ".join(titles)
     title = what if len(names) == 1 else f"{what}: {len(names)} runs ({', '.join(names)}); bands: lowest to highest run"
-    fig.suptitle(title + ("" if len(names) > 1 else "; bars: standard error"), fontsize=9)
+    fig.suptitle(wrapped(title + ("" if len(names) > 1 else "; bars: standard error")), fontsize=9)
     fig.tight_layout()
     save_figure(fig, path)
     return path
+
+
+def wrapped(title: str, width: int = 110) -> str:
+    """A figure title folded to lines that fit the figure (a long model spec would run off it);
+    a line breaks at a space or, in a long word, at ``&`` or ``,``."""
+    import re
+
+    lines = [""]
+    for piece in re.split(r"(?<=[ &,])", title):
+        if lines[-1] and len(lines[-1]) + len(piece) > width:
+            lines[-1] = lines[-1].rstrip()
+            lines.append("")
+        lines[-1] += piece
+    return "\n".join(lines)
 
 
 def tournament_figure(runs: list[list[dict]], title: str) -> Any:
@@ -256,7 +270,7 @@ def tournament_figure(runs: list[list[dict]], title: str) -> Any:
     ax.set(xlim=(0, 1), xlabel="win rate (bars: standard error)")
     ax.tick_params(axis="y", labelsize=7)
     ax.invert_yaxis()
-    fig.suptitle(f"{title}: tournament", fontsize=9)
+    fig.suptitle(wrapped(f"{title}: tournament"), fontsize=9)
     fig.tight_layout()
     return fig
 
