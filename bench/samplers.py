@@ -2,7 +2,7 @@
 OpenSpiel game, exploitability by OpenSpiel at each evaluation and of the population's mixture.
 
     python bench/samplers.py [--quick] [--seeds 3] [--steps 80] [--samplers mirror random fictitious psro]
-                             [--config examples/openspiel-kuhn-tiny.toml] [--set key=value ...]
+                             [--config examples/openspiel-kuhn-tiny.toml] [--set key=value ...] [--out DIR]
 
 Each run is the config (default: the main job's recipe on openspiel/kuhn_poker) with the sampler
 swapped in, `collection.eval_policy_metrics` on and an evaluation every `--steps / 4` updates.
@@ -62,14 +62,16 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=80)
     parser.add_argument("--games", type=int, default=200, help="games per evaluation")
     parser.add_argument("--set", dest="extra", action="append", default=[], help="more config overrides")
+    parser.add_argument("--out", type=Path, default=None, help="keep the runs here (SAMPLER-SEED); default: a temporary folder")
     parser.add_argument("--quick", action="store_true", help="one seed, 20 updates, 100-game evaluations")
     args = parser.parse_args()
     if args.quick:
         args.seeds, args.steps, args.games = 1, 20, 100
     results: dict[str, list[dict]] = {}
-    with tempfile.TemporaryDirectory() as root:
+    with tempfile.TemporaryDirectory() as scratch:
+        root = args.out or Path(scratch)
         for sampler in args.samplers:
-            results[sampler] = [run_one(args.config, sampler, seed, args.steps, args.games, args.extra, Path(root))
+            results[sampler] = [run_one(args.config, sampler, seed, args.steps, args.games, args.extra, root)
                                 for seed in range(args.seeds)]
     steps = sorted(set.intersection(*(set(r["curve"]) for rs in results.values() for r in rs)))
     print(f"{'sampler':<11}" + "".join(f"{'step ' + str(s):>28}" for s in steps) + f"{'uniform mixture':>28}{'meta mixture':>28}{'wall s':>9}")
