@@ -95,6 +95,10 @@ def test_json_line_is_one_json_object_a_line():
     # lone surrogates (a garbage completion) cannot be UTF-8: escaped, as json.dumps does
     text = "\udcff bad \udc80"
     assert json.loads(json_line({"completion": text}))["completion"] == text
+    # a completion holding the Unicode line breaks str.splitlines splits at stays one line
+    text = "wct>\x85al\u2028rel\u2029a é"
+    line = json_line({"completion": text})
+    assert len(line.splitlines()) == 1 and json.loads(line)["completion"] == text
 
 
 def test_run_files_are_indented_json_that_reads_back_whole(tmp_path):

@@ -56,13 +56,21 @@ def fsync_path(path: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
+#: characters pydantic-core writes as they are that Python's ``str.splitlines`` (and other
+#: readers) take for line ends: escaped, so that a JSON line stays one line however it is read
+_LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
 def json_line(record: Any) -> str:
     """One JSON line (with its newline). Unknown objects are written as ``str(obj)``.
 
     pydantic-core's serializer, for the small records a run logs for every game (cheaper than
     ``json.dumps``: docs/performance.md); text it cannot encode (lone surrogates from a garbage
-    completion) falls back to ``json.dumps``, which escapes them."""
+    completion) falls back to ``json.dumps``, which escapes them. The Unicode line breaks a
+    generated completion may hold (NEL, U+2028, U+2029) are escaped: inside JSON strings, where
+    alone they can be, the escape reads back as the same text."""
     try:
-        return to_json(record, fallback=str).decode() + "\n"
+        text = to_json(record, fallback=str).decode()
     except PydanticSerializationError:
         return json.dumps(record, default=str) + "\n"
+    return (text.translate(_LINE_BREAKS) if not text.isascii() else text) + "\n"
