@@ -56,6 +56,8 @@ class RunSteps:
         output.repair = self.repair
         status: RunStatus = "completed"
         error: str | None = None
+        # executors report restarts here: this task's context, so the tasks and threads the run starts
+        sink = restart_sink.set(lambda event: self.on_restart(output, event))
         try:
             builder = Builder(plan, plugins)
             self.executor = executor = builder.build("executor")
@@ -69,7 +71,6 @@ class RunSteps:
                                 resumed=snapshot is not None, config=c.model_dump(mode="json"), plugins=records)
             if snapshot is None:  # a resumed run's log is cut back to its snapshot first
                 output.log(start)
-            restart_sink.set(lambda event: self.on_restart(output, event))  # this task's context: its tasks and threads
             self.roles = roles = await start_roles(executor, plan, builder.label("executor"))
             run = RunContext(cfg=plan.config, run_dir=plan.run_dir, roles=roles, out=output, system=plugins)
             self.driver = driver = Driver(run, await roles.buffer.capacity())
@@ -90,7 +91,10 @@ class RunSteps:
             status, error = "failed", describe_error(exc)
             raise
         finally:
-            self.result = await self.finish(output, status, error)
+            try:
+                self.result = await self.finish(output, status, error)
+            finally:
+                restart_sink.reset(sink)
         return self.result
 
     def on_restart(self, output: RunOutput, event: RoleRestart) -> None:
