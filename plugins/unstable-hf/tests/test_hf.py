@@ -109,7 +109,7 @@ def test_all_valid_targets_are_every_available_move_of_each_imitated_position():
     assert max(sizes) == 9 and min(sizes) < 6
 
 
-def test_policy_targets_weigh_each_valid_move_by_the_agent_mixed_with_even_weights():
+def test_policy_targets_weigh_each_valid_move_by_the_agent_mixed_with_even_weights(monkeypatch, make_plugin_system):
     from unstable_hf.tiny import scripted_games
 
     spec = TinySpec.parse("tiny:TicTacToe-v0-train?sft_agent=first-valid&sft_targets=policy&sft_mix=0.2")
@@ -119,6 +119,12 @@ def test_policy_targets_weigh_each_valid_move_by_the_agent_mixed_with_even_weigh
         TinySpec.parse("tiny?sft_targets=policy&sft_mix=1.5")
     with pytest.raises(ValueError, match=r"sft_mix .* needs sft_targets=policy"):
         TinySpec.parse("tiny?sft_mix=0.5")
+    import unstable_core
+    from unstable_core.testing import toy_plugin
+
+    monkeypatch.setattr(unstable_core, "get_plugin_system", lambda: make_plugin_system(toy_plugin))
+    with pytest.raises(ValueError, match=r"sft_targets: 'policy' .* 'tabular' scores no completions"):
+        TinySpec.parse("tiny?sft_targets=policy&sft_backend=tabular&sft_agent=a").check_agents()
     pairs = scripted_games(spec, 6, seed=1, targets="policy")
     assert [p for p, _, _ in pairs] == [p for p, _, _ in scripted_games(spec, 6, seed=1)]  # the same games
     for _, completions, weights in pairs:

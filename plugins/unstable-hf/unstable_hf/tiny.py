@@ -24,7 +24,7 @@ import random
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import parse_qsl
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -33,6 +33,9 @@ from unstable_core.progress import task
 
 from .loading import quiet_third_party
 from .warm_start import Targets, supervised_warm_start
+
+if TYPE_CHECKING:  # pragma: no cover
+    from unstable_core import CompletionScorer
 
 #: bumped whenever the build gives another model for the same spec (cached models are rebuilt)
 BUILD_VERSION = 3
@@ -117,13 +120,17 @@ class TinySpec(BaseModel):
             raise ValueError(f"bad tiny model spec {text!r}: {problems}") from None
 
     def check_agents(self) -> None:
-        """Raise ValueError naming the key if sft_agent or sft_opponent is no agent of sft_backend."""
+        """Raise ValueError naming the key if sft_agent or sft_opponent is no agent of sft_backend, or
+        if sft_targets = 'policy' asks sft_backend for probabilities it does not give."""
         from unstable_core import InferenceSpec, ModelRef, UnknownComponentError, get_plugin_system
 
         try:
             scripted = get_plugin_system().spec(InferenceSpec, self.sft_backend)
         except UnknownComponentError as e:
             raise ValueError(f"tiny model: sft_backend: {e}") from None
+        if self.sft_targets == "policy" and not scripted.scores_completions:
+            raise ValueError(f"tiny model: sft_targets: 'policy' needs the probability of each move, and sft_backend "
+                             f"{self.sft_backend!r} scores no completions (scripted and openspiel do)")
         for key in ("sft_agent", "sft_opponent"):
             name = getattr(self, key)
             if name is not None:
@@ -161,12 +168,10 @@ def scripted_games(spec: TinySpec, games: int, seed: int, opponent: str | None =
         return pool.submit(asyncio.run, _play_scripted(spec, games, seed, opponent, targets)).result()
 
 
-def _policy_weights(agent: Any, request: Any, answers: list[str], mix: float) -> list[float]:
-    """The agent's probability of each answer (renormalised over them), mixed with even weights."""
-    scores = getattr(agent, "completion_probabilities", None)
-    if scores is None:
-        raise ValueError("tiny model: sft_targets = 'policy' needs an sft_backend that scores completions")
-    found = [float(p) for p in scores(request, answers)]
+def _policy_weights(agent: CompletionScorer, request: Any, answers: list[str], mix: float) -> list[float]:
+    """The agent's probability of each answer (renormalised over them), mixed with even weights
+    (``check_agents`` made sure its backend scores completions)."""
+    found = [float(p) for p in agent.completion_probabilities(request, answers)]
     total = sum(found)
     agent_share = [p / total for p in found] if total > 0 else [1 / len(answers)] * len(answers)
     return [mix * p + (1 - mix) / len(answers) for p in agent_share]
