@@ -240,6 +240,17 @@ def test_registry_counts_pairs_and_snapshot(tmp_path):
     assert reg.match_count("greedy", "ckpt-1") == 2
     assert reg.head_to_head("ckpt-1", "greedy") == (1, 1, 0)
     assert reg.head_to_head("greedy", "ckpt-1") == (0, 1, 1)
+    reg.record_game(sample_result(seats=[g, a], rewards={0: -2, 1: 2}))
+    assert reg.mean_reward("ckpt-1", "greedy") == pytest.approx(1.0) and reg.mean_reward("greedy", "ckpt-1") == pytest.approx(-1.0)
+    assert reg.mean_reward("ckpt-1", "base") is None
+    restored = registry_with_checkpoints(1)
+    restored.load_state_dict(reg.state_dict())
+    assert restored.mean_reward("greedy", "ckpt-1") == pytest.approx(-1.0) and restored.head_to_head("greedy", "ckpt-1") == (0, 1, 2)
+    old = reg.state_dict()  # a snapshot written before the reward sums: six values a pair
+    old["pairs"] = [pair[:6] for pair in old["pairs"]]
+    restored.load_state_dict(old)
+    assert restored.head_to_head("greedy", "ckpt-1") == (0, 1, 2) and restored.mean_reward("greedy", "ckpt-1") == 0.0
+    e = reg.get("ckpt-1")
     reg.write(tmp_path / "r.json")
     import json
 

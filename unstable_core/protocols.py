@@ -60,6 +60,16 @@ class PolicyMetrics(Protocol):
 
 
 @runtime_checkable
+class MixtureMetrics(Protocol):
+    """What an env provider that also scores mixtures of policies offers (``collection.eval_mixtures``)."""
+
+    def mixture_metrics(self, env: EnvSpec, members: list[tuple[float, ActionProbabilities]]) -> dict[str, float]:
+        """Exact figures of the mixture that draws one member per game with the given weights
+        (they sum to 1): what a player plays that picks one of the policies per game."""
+        ...
+
+
+@runtime_checkable
 class EnvSampler(Protocol):
     def sample(self, envs: Sequence[EnvSpec], rng: random.Random) -> EnvSpec:
         """Pick the environment of the next training game."""
@@ -76,7 +86,8 @@ class Registry(Protocol):
     opponents in config order, ``checkpoints()`` the learner's snapshots oldest first (the base
     model first), ``active_checkpoints(limit)`` those still in the pool, and
     ``match_count(a, b)`` / ``head_to_head(a, b)`` the games two uids played against each other
-    and (wins of a, draws, wins of b). Samplers only read it; the league counts the games."""
+    and (wins of a, draws, wins of b), and ``mean_reward(a, b)`` a's mean reward in those games
+    (None if none). Samplers only read it; the league counts the games."""
 
     entries: dict[str, Any]
 
@@ -95,12 +106,23 @@ class Registry(Protocol):
 
     def head_to_head(self, a: str, b: str) -> tuple[int, int, int]: ...
 
+    def mean_reward(self, a: str, b: str) -> float | None: ...
+
 
 @runtime_checkable
 class ModelSampler(Protocol):
     def sample(self, env: EnvSpec, anchor: ModelRef, num_seats: int, registry: Registry, rng: random.Random) -> list[ModelRef]:
         """Pick `num_seats` opponents to sit with `anchor` (the current checkpoint, or in a
         tournament a uniformly drawn agent)."""
+        ...
+
+
+@runtime_checkable
+class PopulationMixture(Protocol):
+    """A model sampler that targets a mixture of the population (psro's meta-game Nash mixture)."""
+
+    def mixture(self) -> dict[str, float]:
+        """uid -> probability of the mixture it draws from now (empty before it has one)."""
         ...
 
 

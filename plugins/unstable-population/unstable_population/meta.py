@@ -7,18 +7,20 @@ from collections.abc import Sequence
 from typing import Any
 
 
-def payoff_matrix(uids: Sequence[str], registry: Any) -> list[list[float]]:
-    """Row uid's mean result against column uid (+1 a win, -1 a loss, 0 a draw) over the games
-    the two played; 0 where they played none (and on the diagonal)."""
-    out = []
-    for a in uids:
-        row = []
-        for b in uids:
-            wins, draws, losses = registry.head_to_head(a, b) if a != b else (0, 0, 0)
-            games = wins + draws + losses
-            row.append((wins - losses) / games if games else 0.0)
-        out.append(row)
-    return out
+def payoff_matrix(uids: Sequence[str], registry: Any, payoff: str = "reward") -> list[list[float]]:
+    """Row uid's payoff against column uid over the games the two played: its mean reward
+    (``payoff="reward"``: the game's own score, chips in poker) or its mean result (``"outcome"``:
+    +1 a win, -1 a loss, 0 a draw); 0 where they played none (and on the diagonal)."""
+    return [[pair_payoff(a, b, registry, payoff) if a != b else 0.0 for b in uids] for a in uids]
+
+
+def pair_payoff(a: str, b: str, registry: Any, payoff: str) -> float:
+    if payoff == "reward":
+        mean = registry.mean_reward(a, b)
+        return 0.0 if mean is None else float(mean)
+    wins, draws, losses = registry.head_to_head(a, b)
+    games = wins + draws + losses
+    return (wins - losses) / games if games else 0.0
 
 
 def nash_mixture(matrix: Sequence[Sequence[float]]) -> list[float]:

@@ -64,6 +64,10 @@ class PSROOptions(BaseModel):
     fixed_prob: float = Field(0.0, ge=0, le=1, description="Probability that a seat gets a fixed opponent instead.")
     resolve_every: int = Field(200, ge=1, description="Games recorded (by the whole population) between two solutions of the meta-game.")
     entry_games: int = Field(50, ge=0, description="Games a checkpoint must have played before it enters the meta-game.")
+    payoff: Literal["reward", "outcome"] = Field(
+        "reward", description="The meta-game's payoff of a pair: 'reward', the row's mean reward against the column (the game's "
+        "score: chips in poker); 'outcome', its mean result (+1 a win, -1 a loss)."
+    )
     explore: float = Field(
         0.1, ge=0, le=1, description="Probability that a seat gets a checkpoint not yet in the meta-game (so that it plays its entry games)."
     )
@@ -85,7 +89,7 @@ class PSROSampler:
         pool = registry.checkpoints() or [anchor]
         members = [r.uid for r in pool if registry.get(r.uid).games >= o.entry_games] or [pool[0].uid]
         self.members = members
-        self.weights = nash_mixture(payoff_matrix(members, registry)) if len(members) > 1 else [1.0]
+        self.weights = nash_mixture(payoff_matrix(members, registry, o.payoff)) if len(members) > 1 else [1.0]
         self.solved_at = total_games(registry)
 
     def sample(self, env: EnvSpec, anchor: ModelRef, num_seats: int, registry: Any, rng: random.Random) -> list[ModelRef]:

@@ -48,6 +48,8 @@ class PairStats:
     draws: int = 0
     wins_a: int = 0
     wins_b: int = 0
+    reward_a: float = 0.0  # the sum of a's rewards over those games
+    reward_b: float = 0.0
 
 
 def checkpoint_ref(checkpoint: Checkpoint, base: ModelRef) -> ModelRef:
@@ -153,6 +155,8 @@ class ModelRegistry:
                 if pair is None:
                     pair = self.pairs[(a, b)] = PairStats()
                 pair.games += 1
+                pair.reward_a += ri
+                pair.reward_b += rj
                 if ri > rj:
                     pair.wins_a += 1
                 elif rj > ri:
@@ -171,6 +175,14 @@ class ModelRegistry:
             return (0, 0, 0)
         return (pair.wins_a, pair.draws, pair.wins_b) if a < b else (pair.wins_b, pair.draws, pair.wins_a)
 
+    def mean_reward(self, a: str, b: str) -> float | None:
+        """a's mean reward over the games a and b played against each other (None if none): in a
+        zero-sum game with scores (chips), the payoff of the pair's meta-game."""
+        pair = self.pairs.get(self.pair_key(a, b))
+        if pair is None or not pair.games:
+            return None
+        return (pair.reward_a if a < b else pair.reward_b) / pair.games
+
     # -- snapshot -------------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
         return {
@@ -187,7 +199,7 @@ class ModelRegistry:
             "current": self.current_uid,
             "entries": [{**{k: v for k, v in e.__dict__.items() if k != "ref"}, "ref": e.ref.model_dump(mode="json")}
                         for e in self.entries.values()],
-            "pairs": [[a, b, p.games, p.draws, p.wins_a, p.wins_b] for (a, b), p in self.pairs.items()],
+            "pairs": [[a, b, p.games, p.draws, p.wins_a, p.wins_b, p.reward_a, p.reward_b] for (a, b), p in self.pairs.items()],
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -196,7 +208,8 @@ class ModelRegistry:
             entry = ModelEntry(**{**e, "ref": ModelRef.model_validate(e["ref"])})
             self.entries[entry.ref.uid] = entry
         self.current_uid = state["current"]
-        self.pairs = {(a, b): PairStats(games, draws, wa, wb) for a, b, games, draws, wa, wb in state["pairs"]}
+        # a snapshot of 0.x before the reward sums holds six values a pair
+        self.pairs = {(a, b): PairStats(*counts) for a, b, *counts in state["pairs"]}
         self._fixed = None
 
     def write(self, path: str | os.PathLike[str]) -> None:
