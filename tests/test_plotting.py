@@ -96,6 +96,38 @@ def test_exploitability_gets_a_panel_of_its_own_with_reference_lines(tmp_path):
     assert "exploitability" not in curves([read_metrics(write_run(tmp_path / "c", {0: 0.5}))])
 
 
+def test_runs_grouped_by_sampler_are_averaged_within_their_group_with_their_mixtures(cli, tmp_path):
+    """`--group-by model_sampler.name`: seeds of one sampler make one curve and band, each sampler
+    its own; the population's mixtures (eval_mixtures) are curves of the exploitability panel."""
+    from unstable_core.plotting import config_value, read_metrics
+
+    runs = []
+    for sampler, seeds in (("mirror", {0: 0.30, 1: 0.20}), ("psro", {0: 0.10, 1: 0.06})):
+        for seed, latest in seeds.items():
+            run = tmp_path / f"{sampler}-{seed}"
+            run.mkdir()
+            records = [{"type": "start", "step": 0, "time": 0.0, "config": {"model_sampler": {"name": sampler}, "seed": seed}}]
+            records += [{"type": "eval", "step": s, "env_id": "openspiel/kuhn_poker", "model": f"ckpt-{s}", "opponent": "random-valid",
+                         "games": 100, "win_rate": 0.5, "draw_rate": 0.0, "loss_rate": 0.5, "invalid_rate": 0.0,
+                         "policy": {"exploitability": 0.4 if s == 0 else latest},
+                         "mixtures": {"uniform": {"exploitability": 0.4 if s == 0 else latest + 0.01}}} for s in (0, 40)]
+            (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+            runs.append(run)
+    metrics = [read_metrics(r) for r in runs]
+    assert [config_value(m, "model_sampler.name") for m in metrics] == ["mirror", "mirror", "psro", "psro"]
+    assert config_value(metrics[0], "seed") == "0" and config_value(metrics[0], "learner.lr") == "-"
+    drawn = curves(metrics, [config_value(m, "model_sampler.name") for m in metrics])["exploitability"]
+    assert sorted(drawn) == ["mirror: openspiel/kuhn_poker", "mirror: openspiel/kuhn_poker uniform mixture",
+                             "psro: openspiel/kuhn_poker", "psro: openspiel/kuhn_poker uniform mixture"]
+    psro = drawn["psro: openspiel/kuhn_poker"]
+    assert psro.runs == 2 and psro.mean == pytest.approx([0.4, 0.08]) and (psro.low, psro.high) == ([0.4, 0.06], [0.4, 0.1])
+    assert drawn["mirror: openspiel/kuhn_poker uniform mixture"].mean == pytest.approx([0.4, 0.26])
+    assert set(curves(metrics)["exploitability"]) == {"openspiel/kuhn_poker", "openspiel/kuhn_poker uniform mixture"}  # all pooled
+    done = cli("plot", *map(str, runs), "--group-by", "model_sampler.name", "--out", str(tmp_path / "g.png"))
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "g.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 @pytest.mark.parametrize("content,message", [
     (b'{"type": "start"}\n\x00\xff\n', "metrics.jsonl:2: not valid JSON"),
     (b'[1, 2]\n', "metrics.jsonl:1: not a record (a JSON object)"),

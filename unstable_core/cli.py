@@ -165,13 +165,18 @@ def finite(value: float, name: str) -> float:
               help="Draw the best known win rate (e.g. 0.77 on KuhnPoker, see docs/learning.md).")
 @click.option("--reference", "references", multiple=True, metavar="NAME=VALUE",
               help="A reference line on the exploitability panel, e.g. uniform=0.4583 (repeatable).")
-def plot(run_dirs: tuple[str, ...], out: str | None, ceiling: float | None, references: tuple[str, ...]) -> None:
+@click.option("--group-by", "group_by", default=None, metavar="KEY",
+              help="Average the runs within each value of this config key only, e.g. model_sampler.name "
+              "(one curve and band per sampler).")
+def plot(run_dirs: tuple[str, ...], out: str | None, ceiling: float | None, references: tuple[str, ...],
+         group_by: str | None) -> None:
     """Plot evaluation curves (win and invalid-move rates per env and opponent, exploitability
     where evaluations have it) and training loss; several runs (seeds) on one figure as their
     mean and range.
 
     \b
     Example: unstable plot runs/seed0 runs/seed1 runs/seed2 --ceiling 0.771 --out curve.png
+             unstable plot runs/samplers/* --group-by model_sampler.name
     """
     from .plotting import plot_runs
 
@@ -184,7 +189,8 @@ def plot(run_dirs: tuple[str, ...], out: str | None, ceiling: float | None, refe
             raise click.BadParameter(f"{item!r}: expected NAME=NUMBER", param_hint="--reference") from None
         if not eq or not name:
             raise click.BadParameter(f"{item!r}: expected NAME=NUMBER", param_hint="--reference")
-    path = plot_runs(list(run_dirs), out, ceiling, lines, warn=lambda text: click.echo(f"warning: {text}", err=True))
+    path = plot_runs(list(run_dirs), out, ceiling, lines, warn=lambda text: click.echo(f"warning: {text}", err=True),
+                     group_by=group_by)
     click.echo(f"plot written to {path}")
 
 

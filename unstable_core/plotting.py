@@ -2,106 +2,21 @@
 (matplotlib). One run's evaluations carry error bars (the binomial standard error of a rate over
 its games); several runs (seeds of one config) are drawn as their mean with a band from the
 lowest to the highest run, at the steps every run reached, and runs that differ in length or
-status are named in a warning. A tournament (evaluations at one step, no training) is drawn as
+status are named in a warning; ``--group-by KEY`` averages runs within each value of a config
+key only (seeds x samplers). A tournament (evaluations at one step, no training) is drawn as
 bars, one per (env, model, opponent)."""
 
 from __future__ import annotations
 
-import json
-import statistics
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
-
+from .curves import Spread, binomial_se, config_value, curves, read_metrics, spread
 from .errors import UnstableError
 
-
-def read_metrics(run_dir: str | Path) -> list[dict]:
-    path = Path(run_dir) / "metrics.jsonl"
-    if not path.is_file():
-        raise UnstableError(f"{run_dir}: no metrics.jsonl (is this a run directory?)")
-    records = []
-    for n, line in enumerate(path.read_bytes().splitlines(), 1):
-        if line.strip():
-            try:
-                record = json.loads(line)
-            except ValueError:  # JSONDecodeError, or bytes that are no UTF-8
-                raise UnstableError(f"{path}:{n}: not valid JSON") from None
-            if not isinstance(record, dict):
-                raise UnstableError(f"{path}:{n}: not a record (a JSON object)")
-            records.append(checked(record, f"{path}:{n}"))
-    return records
-
-
-class _Curve(BaseModel):
-    """The fields of a record the curves read, typed (the rest as it is)."""
-
-    model_config = ConfigDict(extra="allow")
-
-    step: int
-
-
-class _EvalPoint(_Curve):
-    env_id: str
-    opponent: str
-    model: str = ""
-    games: int = 0
-    win_rate: float
-    invalid_rate: float
-    policy: dict[str, float] = {}
-
-
-class _TrainPoint(_Curve):
-    loss: float | None = None
-    grad_norm: float | None = None
-
-
-def checked(record: dict[str, Any], where: str) -> dict[str, Any]:
-    """An ``eval`` or ``train`` record with the fields the curves read, of their types; one
-    line naming the line when it has not. Other records pass as they are."""
-    models: dict[Any, type[_Curve]] = {"eval": _EvalPoint, "train": _TrainPoint}
-    model = models.get(record.get("type"))
-    if model is None:
-        return record
-    try:
-        return model.model_validate(record).model_dump(mode="json", exclude_none=True)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(p) for p in first["loc"]) or "record"
-        raise UnstableError(f"{where}: a malformed {record['type']} record ({field}: {first['msg'].lower()})") from None
-
-
-@dataclass
-class Spread:
-    """One curve over several runs: at each step every run has, the mean, lowest and highest;
-    for one run's rates, ``error`` holds each point's binomial standard error."""
-
-    steps: list[int]
-    mean: list[float]
-    low: list[float]
-    high: list[float]
-    runs: int
-    error: list[float] | None = None
-
-
-def spread(runs: list[dict[int, float]], games: list[dict[int, int]] | None = None) -> Spread:
-    """Mean and range of several runs' values ({step: value} each), at the steps all runs have;
-    with one run and the ``games`` each rate was measured over, its standard errors."""
-    steps = sorted(set.intersection(*(set(r) for r in runs))) if runs else []
-    columns = [[r[s] for r in runs] for s in steps]
-    out = Spread(steps, [statistics.fmean(c) for c in columns], [min(c) for c in columns], [max(c) for c in columns], len(runs))
-    if len(runs) == 1 and games:
-        out.error = [binomial_se(runs[0][s], games[0].get(s, 0)) for s in steps]
-    return out
-
-
-def binomial_se(rate: float, games: int) -> float:
-    """The standard error of a rate measured over ``games`` games (0 when there were none)."""
-    return (rate * (1 - rate) / games) ** 0.5 if games > 0 else 0.0
+__all__ = ["Spread", "binomial_se", "config_value", "curves", "plot_runs", "read_metrics", "spread", "wrapped"]
 
 
 def extent_warnings(runs: list[list[dict]], names: list[str]) -> list[str]:
@@ -118,40 +33,6 @@ def extent_warnings(runs: list[list[dict]], names: list[str]) -> list[str]:
     if len(set(status)) > 1:
         lines.append(f"the runs ended differently ({', '.join(f'{n}: {s}' for n, s in zip(names, status))})")
     return lines
-
-
-def curves(runs: list[list[dict]]) -> dict[str, dict[str, Spread]]:
-    """{panel: {label: Spread}} for the panels "win rate", "invalid-move rate", "exploitability"
-    (evaluations with policy metrics) and, when the runs trained, "loss" and "grad norm". A training run's evaluations are labelled (env, opponent)
-    across checkpoints; a tournament's (env, model, opponent)."""
-    per_run: dict[str, dict[str, list[dict[int, float]]]] = defaultdict(lambda: defaultdict(list))
-    per_run_games: dict[str, dict[str, list[dict[int, int]]]] = defaultdict(lambda: defaultdict(list))
-    for records in runs:
-        training = any(r.get("type") == "train" for r in records)
-        mine: dict[str, dict[str, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
-        games: dict[str, dict[int, int]] = defaultdict(dict)
-        for r in records:
-            if r.get("type") == "eval":
-                label = f"{r['env_id']} vs {r['opponent']}" if training else f"{r['env_id']}: {r.get('model', '')} vs {r['opponent']}"
-                mine["win rate"][label][r["step"]] = r["win_rate"]
-                mine["invalid-move rate"][label][r["step"]] = r["invalid_rate"]
-                games[label][r["step"]] = r.get("games", 0)
-                if "exploitability" in (r.get("policy") or {}):  # one figure per env, whatever the opponent
-                    mine["exploitability"][r["env_id"]][r["step"]] = r["policy"]["exploitability"]
-            elif r.get("type") == "train":
-                for key, panel in (("loss", "loss"), ("grad_norm", "grad norm (before clip)")):
-                    if key in r:
-                        mine[panel][panel][r["step"]] = r[key]
-        for panel, labels in mine.items():
-            for label, values in labels.items():
-                per_run[panel][label].append(values)
-                if panel in RATE_PANELS:
-                    per_run_games[panel][label].append(games[label])
-    return {panel: {label: spread(values, per_run_games[panel].get(label)) for label, values in sorted(labels.items())}
-            for panel, labels in per_run.items()}
-
-
-RATE_PANELS = ("win rate", "invalid-move rate")
 
 
 PANELS = ("win rate", "exploitability", "invalid-move rate", "loss", "grad norm (before clip)")
@@ -175,13 +56,16 @@ def is_tournament(runs: list[list[dict]]) -> bool:
 
 
 def plot_runs(run_dirs: list[str | Path], out: str | Path | None = None, ceiling: float | None = None,
-              references: dict[str, float] | None = None, warn: Callable[[str], None] | None = None) -> Path:
+              references: dict[str, float] | None = None, warn: Callable[[str], None] | None = None,
+              group_by: str | None = None) -> Path:
     """Draw the runs' curves into a PNG: ``out``, or RUN_DIR/curve.png for one run and curve.png
     in the working directory for several. ``ceiling`` draws the best known win rate as a line;
     ``references`` ({label: exploitability}, e.g. the uniform policy's and CFR's) draw lines on
     the exploitability panel (log scale). ``warn`` gets a line for each thing a reader should
     know that the figure hides (runs of different length or status). A tournament is drawn as
-    bars of win rate per pairing, with standard errors."""
+    bars of win rate per pairing, with standard errors. ``group_by`` (a dotted config key, e.g.
+    ``model_sampler.name``) averages the runs within each value of that key only: one curve and
+    band a group (seeds x samplers on one figure)."""
     try:
         import matplotlib
     except ImportError:
@@ -198,7 +82,8 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path | None = None, ceiling
     if is_tournament(runs):
         save_figure(tournament_figure(runs, " / ".join(titles)), path)
         return path
-    drawn = curves(runs)
+    groups = [config_value(records, group_by) for records in runs] if group_by else None
+    drawn = curves(runs, groups)
     if not drawn:
         raise UnstableError(f"{', '.join(map(str, run_dirs))}: metrics.jsonl has no eval or train records to plot")
     panels = [p for p in PANELS if p in drawn]
