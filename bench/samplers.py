@@ -6,10 +6,11 @@ OpenSpiel game, exploitability by OpenSpiel at each evaluation and of the popula
 
 Each run is the config (default: the main job's recipe on openspiel/kuhn_poker) with the sampler
 swapped in, `collection.eval_policy_metrics` on and an evaluation every `--steps / 4` updates.
-The table gives, per sampler, the latest checkpoint's exploitability at each evaluation (mean and
-min-max over seeds), the uniform mixture of the population at the end (`--mixture uniform`;
-fictitious play's output) and for psro its meta mixture, and the wall time. `--quick`: one seed,
-20 updates, evaluations of 100 games. Needs unstable-openspiel, unstable-population, unstable-hf.
+The table gives, per sampler, at each evaluation (mean and min-max over seeds) the exploitability
+of the latest checkpoint, of the uniform mixture of the population so far (fictitious play's
+output) and, for psro, of its meta mixture (`collection.eval_mixtures`), with the training games
+played by then and the wall time. `--quick`: one seed, 20 updates, evaluations of 100 games.
+Needs unstable-openspiel, unstable-population, unstable-hf.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import time
 from pathlib import Path
 
 import unstable_core
-from unstable_openspiel.exploit import mixture_exploitability
 
 SAMPLERS = {
     "mirror": {"name": "mirror"},
@@ -37,17 +37,20 @@ def run_one(config: str, sampler: str, seed: int, steps: int, games: int, extra:
     table = "{" + ", ".join(f"{k} = {json.dumps(v)}" for k, v in SAMPLERS[sampler].items()) + "}"
     overrides = [f"seed={seed}", f"model_sampler={table}",
                  f"training.learning_steps={steps}", f"training.eval_every={max(1, steps // 4)}",
-                 "collection.eval_policy_metrics=true", f"collection.eval_games={games}", 'trackers=[{name="jsonl"}]', *extra]
+                 "collection.eval_policy_metrics=true", 'collection.eval_mixtures=["uniform", "meta"]',
+                 f"collection.eval_games={games}", 'trackers=[{name="jsonl"}]', *extra]
     began = time.perf_counter()
     unstable_core.run(config, run_dir=run_dir, overrides=overrides)
     wall = time.perf_counter() - began
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     env = records[0]["config"]["train_envs"][0]["env_id"]
-    curve = {r["step"]: r["policy"]["exploitability"] for r in records if r["type"] == "eval" and "exploitability" in r["policy"]}
-    out = {"env": env, "curve": curve, "wall": wall, "uniform": mixture_exploitability(str(run_dir), env, "uniform").exploitability}
-    if sampler == "psro":
-        out["meta"] = mixture_exploitability(str(run_dir), env, "meta").exploitability
-    return out
+    evals = {r["step"]: r for r in records if r["type"] == "eval" and "exploitability" in r["policy"]}
+    trained = {r["step"]: sum(t["games"] for t in r["envs"].get("train", {}).values()) for r in records if r["type"] == "summary"}
+    curves = {"latest": {s: r["policy"]["exploitability"] for s, r in evals.items()}}
+    for name in ("uniform", "meta"):
+        curves[name] = {s: r["mixtures"][name]["exploitability"] for s, r in evals.items() if name in r.get("mixtures", {})}
+    games_at = {s: max([g for t, g in trained.items() if t <= s], default=0) for s in evals}
+    return {"env": env, "curves": curves, "games": games_at, "wall": wall}
 
 
 def spread(values: list[float]) -> str:
@@ -73,18 +76,20 @@ def main() -> None:
         for sampler in args.samplers:
             results[sampler] = [run_one(args.config, sampler, seed, args.steps, args.games, args.extra, root)
                                 for seed in range(args.seeds)]
-    steps = sorted(set.intersection(*(set(r["curve"]) for rs in results.values() for r in rs)))
-    print(f"{'sampler':<11}" + "".join(f"{'step ' + str(s):>28}" for s in steps) + f"{'uniform mixture':>28}{'meta mixture':>28}{'wall s':>9}")
+    steps = sorted(set.intersection(*(set(r["curves"]["latest"]) for rs in results.values() for r in rs)))
+    print(f"{'sampler':<11}{'policy':<9}" + "".join(f"{'update ' + str(s):>28}" for s in steps) + f"{'wall s':>9}")
     final = {}
     for sampler, runs in results.items():
-        cells = [spread([r["curve"][s] for r in runs]) for s in steps]
-        meta = spread([r["meta"] for r in runs if "meta" in r])
-        print(f"{sampler:<11}" + "".join(f"{c:>28}" for c in cells) + f"{spread([r['uniform'] for r in runs]):>28}{meta:>28}"
-              f"{statistics.fmean(r['wall'] for r in runs):>9.0f}")
-        final[sampler] = min([statistics.fmean(r["curve"][steps[-1]] for r in runs), statistics.fmean(r["uniform"] for r in runs),
-                              *([statistics.fmean(r["meta"] for r in runs)] if sampler == "psro" else [])])
+        games = [statistics.fmean(r["games"][s] for r in runs) for s in steps]
+        print(f"{sampler:<11}{'games':<9}" + "".join(f"{g:>28,.0f}" for g in games) + f"{statistics.fmean(r['wall'] for r in runs):>9.0f}")
+        ends = []
+        for name in ("latest", "uniform", "meta"):
+            if all(s in r["curves"][name] for r in runs for s in steps):
+                print(f"{'':<11}{name:<9}" + "".join(f"{spread([r['curves'][name][s] for r in runs]):>28}" for s in steps))
+                ends.append(statistics.fmean(r["curves"][name][steps[-1]] for r in runs))
+        final[sampler] = min(ends)
     best = min(final, key=final.__getitem__)
-    mirror = statistics.fmean(r["curve"][steps[-1]] for r in results["mirror"]) if "mirror" in results else float("nan")
+    mirror = statistics.fmean(r["curves"]["latest"][steps[-1]] for r in results["mirror"]) if "mirror" in results else float("nan")
     game = next(iter(results.values()))[0]["env"]
     print(f"summary: game={game} best_sampler={best} best_exploitability={final[best]:.4f} "
           f"mirror_exploitability={mirror:.4f} seeds={args.seeds}")
