@@ -104,6 +104,11 @@ def test_structural_rules():
         validate_config({"train_envs": ["TicTacToe-v0"], "learner": {"name": "x"}})
     with pytest.raises(ConfigError, match="listed twice"):
         validate_config({"train_envs": ["TicTacToe-v0"], "opponents": ["greedy", "greedy"]})
+    with pytest.raises(ConfigError, match="collection.eval_mixtures needs collection.eval_policy_metrics"):
+        validate_config({"train_envs": ["TicTacToe-v0"], "opponents": ["greedy"], "collection": {"eval_mixtures": ["uniform"]}})
+    with pytest.raises(ConfigError, match="collection.eval_mixtures"):
+        validate_config({"train_envs": ["TicTacToe-v0"], "opponents": ["greedy"],
+                         "collection": {"eval_policy_metrics": True, "eval_mixtures": ["average"]}})
 
 
 def test_apply_overrides_does_not_mutate():

@@ -274,6 +274,11 @@ def test_evaluations_with_exact_policy_metrics_show_the_exploitability():
     text = render_text(folded([*records, extra]), 120)
     assert "exploit" in text and "0.3333" in text
     assert eval_line(extra).endswith("games, exploitability 0.3333)") and "exploitability" not in eval_line(last)
+    # the population's mixtures (collection.eval_mixtures): a column each, and on the line
+    mixed = {**extra, "step": extra["step"] + 1, "mixtures": {"uniform": {"exploitability": 0.2121}, "meta": {"exploitability": 0.1234}}}
+    text = render_text(folded([*records, mixed]), 160)
+    assert "unif mix" in text and "meta mix" in text and "0.2121" in text and "0.1234" in text
+    assert eval_line(mixed).endswith("exploitability 0.3333, meta mixture 0.1234, uniform mixture 0.2121)")
 
 
 def test_sections_show_once_they_have_data():

@@ -33,7 +33,8 @@ _LAZY = {
     )},
     **{n: "protocols" for n in (
         "GameEnv", "EnvProvider", "EnvSampler", "ModelSampler", "Registry", "Rater", "Buffer", "Learner", "Inference",
-        "Executor", "Tracker", "Template", "CompletionScorer", "MemoryReleaser", "PolicyMetrics", "ActionProbabilities",
+        "Executor", "Tracker", "Template", "CompletionScorer", "MemoryReleaser", "PolicyMetrics", "MixtureMetrics",
+        "ActionProbabilities", "PopulationMixture",
         "FinalRewardTransform", "StepRewardTransform", "SamplingRewardTransform",
     )},
     **{n: "errors" for n in (
@@ -52,6 +53,7 @@ _LAZY = {
     **{n: "api" for n in ("run", "build", "Run")},
     "RunResult": "result",
     "save_figure": "plotting",
+    **{n: "population" for n in ("run_mixture", "run_model", "run_inference", "run_config", "checkpoint_uids")},
     **{n: "groups" for n in ("group_advantages", "group_keys")},
     "build_component": "runtime.building",
     **{n: "runtime.roles.registry" for n in ("ModelRegistry", "ModelEntry", "checkpoint_ref")},

@@ -88,6 +88,12 @@ class CollectionConfig(Section):
         "model (openspiel: exploitability, nash_conv, invalid_mass), in the eval records' `policy`; the model's "
         "backend must score completions (hf, scripted).",
     )
+    eval_mixtures: list[Literal["uniform", "meta"]] = Field(
+        default_factory=list, description="With eval_policy_metrics: also the exact policy metrics of the population's "
+        "mixtures at each evaluation, in the eval records' `mixtures`: 'uniform', every checkpoint so far (the base model "
+        "included) drawn alike once a game (fictitious play's output); 'meta', the mixture the model sampler targets "
+        "(psro's meta-game Nash mixture; nothing with a sampler that keeps none). Each checkpoint is scored once a run.",
+    )
     eval_games: int = Field(
         16, ge=0, le=1_000_000, description="Evaluation games per (checkpoint, env, opponent): the cap of one evaluation round."
     )
@@ -232,6 +238,8 @@ class RunConfig(Section):
         dup = {u for u, n in Counter(o.uid for o in self.opponents).items() if n > 1}
         if dup:
             raise ValueError(f"opponent uid(s) listed twice: {', '.join(sorted(dup))}")
+        if self.collection.eval_mixtures and not self.collection.eval_policy_metrics:
+            raise ValueError("collection.eval_mixtures needs collection.eval_policy_metrics = true (the mixtures' figures are policy metrics)")
         return self
 
     @property

@@ -76,6 +76,11 @@ class LeagueHandle(StatefulRole, Protocol):
         """The evaluated model and the games of the evaluation round at learner step ``step``."""
         ...
 
+    async def mixtures(self, names: list[str]) -> dict[str, list[tuple[ModelRef, float]]]:
+        """The population's mixtures by name ('uniform': every checkpoint alike; 'meta': the model
+        sampler's, when it keeps one) as (model, weight) lists."""
+        ...
+
     async def snapshot(self) -> dict[str, Any]:
         """The registry as JSON (models, counts, pairs, current) with the rater's ``ratings``."""
         ...
@@ -97,6 +102,11 @@ class RolloutHandle(Protocol):
     async def policy_metrics(self, model: ModelRef, env: EnvSpec) -> dict[str, float]:
         """The exact policy metrics of ``model`` on ``env`` its provider offers (e.g. exploitability);
         empty when it offers none."""
+        ...
+
+    async def mixture_metrics(self, members: list[tuple[ModelRef, float]], env: EnvSpec) -> dict[str, float]:
+        """The same for the mixture that draws one of ``members`` per game with its weight;
+        empty when the provider scores no mixtures."""
         ...
 
     async def sleep(self) -> None:

@@ -70,6 +70,11 @@ class EvalRecord(Record):
         "`collection.eval_policy_metrics` is on and the env's provider offers them (openspiel: exploitability, "
         "nash_conv, invalid_mass, info_states).",
     )
+    mixtures: dict[str, dict[str, float]] = Field(
+        default_factory=dict, description="The same figures for the population's mixtures when the round started "
+        "(`collection.eval_mixtures`): 'uniform' (every checkpoint alike, fictitious play's output) and 'meta' (the model "
+        "sampler's mixture, psro's), each with `members`.",
+    )
 
 
 class EvalSkippedRecord(Record):

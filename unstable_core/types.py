@@ -197,6 +197,8 @@ class GenerationRequest(Model):
     env_id: str = ""
     player_id: int = 0
     seed: int = Field(0, description="Seed for sampling, derived from the game seed and turn.")
+    game_seed: int = Field(0, description="The game's seed, the same on every turn of one game: a backend that plays one "
+                           "of several policies per game (the `mixture` backend) draws it from this and player_id.")
 
 
 class Completion(Model):

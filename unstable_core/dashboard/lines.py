@@ -25,6 +25,9 @@ def progress_line(state: DashboardState) -> str:
 def eval_line(r: Mapping[str, Any]) -> str:
     policy = r.get("policy") or {}
     exploit = f", exploitability {policy['exploitability']:.4f}" if "exploitability" in policy else ""
+    for name, figures in sorted((r.get("mixtures") or {}).items()):
+        if "exploitability" in figures:
+            exploit += f", {name} mixture {figures['exploitability']:.4f}"
     return (f"eval step {r['step']} {r['env_id']} {r['model']} vs {r['opponent']}: win {r['win_rate']:.2f} "
             f"draw {r['draw_rate']:.2f} loss {r['loss_rate']:.2f} invalid {r['invalid_rate']:.2f} ({r['games']} games{exploit})")
 

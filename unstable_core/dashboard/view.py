@@ -157,6 +157,11 @@ def eval_table(state: DashboardState, width: int) -> Any:
         for row, r in zip(rows, latest):
             value = (r.get("policy") or {}).get("exploitability")
             row.append("-" if value is None else f"{value:.4f}")
+    for name in sorted({name for r in latest for name in (r.get("mixtures") or {})}):  # the population's mixtures
+        headers.append(f"{name[:4]} mix")
+        for row, r in zip(rows, latest):
+            value = ((r.get("mixtures") or {}).get(name) or {}).get("exploitability")
+            row.append("-" if value is None else f"{value:.4f}")
     return _table("latest evaluations", headers, rows, width, left=3)
 
 

@@ -97,7 +97,7 @@ def test_a_trained_checkpoints_extracted_policy_is_the_one_it_plays(tiny, tmp_pa
     overrides = [f'model.model="{tiny}"', "training.learning_steps=6", "training.save_every=3", "training.eval_every=0",
                  "training.batch_size=64", "learner.lr=1e-2", 'collection.mode="sync"', "collection.eval_games=3000",
                  "collection.num_eval_games=64", "inference.temperature=0.7", "inference.top_p=1.0", "trackers=[]",
-                 "collection.eval_policy_metrics=true",
+                 "collection.eval_policy_metrics=true", 'collection.eval_mixtures=["uniform", "meta"]',
                  # the better half only: at this learning rate the policy moves fast and stays in format
                  'reward.sampling=[{name="normalize"}, {name="scale-negative", scale=0.0}]']
     examples = __import__("pathlib").Path(__file__).resolve().parents[3] / "examples"
@@ -127,6 +127,13 @@ def test_a_trained_checkpoints_extracted_policy_is_the_one_it_plays(tiny, tmp_pa
 
     mixed = mixture_exploitability(str(tmp_path / "run"), KUHN)
     assert mixed.members == pytest.approx({"base": 1 / 3, "ckpt-3": 1 / 3, "ckpt-6": 1 / 3}) and 0.0 < mixed.exploitability < 1.0
+    # ... which the run's last evaluation computed too (eval_mixtures); the first one's population
+    # is the base model alone; `mirror` keeps no meta mixture, so there is none
+    mixtures = {r.step: r.mixtures for r in result.eval_records}
+    assert set(mixtures[6]) == {"uniform"} and mixtures[6]["uniform"]["members"] == 3
+    assert mixtures[6]["uniform"]["exploitability"] == pytest.approx(mixed.exploitability, abs=1e-9)
+    assert mixtures[0]["uniform"]["members"] == 1
+    assert mixtures[0]["uniform"]["exploitability"] == pytest.approx(evals[0]["exploitability"], abs=1e-9)
     with pytest.raises(UnstableError, match="keeps no meta mixture"):
         mixture_exploitability(str(tmp_path / "run"), KUHN, "meta")  # the run's sampler is `mirror`
 

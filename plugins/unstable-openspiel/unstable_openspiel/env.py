@@ -102,11 +102,21 @@ class OpenSpielProvider:
     def policy_metrics(self, env: EnvSpec, probabilities: ActionProbabilities) -> dict[str, float]:
         """Exploitability, NashConv and invalid mass (the largest and the mean over information
         states) of the policy, by OpenSpiel."""
-        def by_label(observation: str, labels: dict[str, int]) -> dict[str, float]:
-            names = list(labels)
-            return dict(zip(names, probabilities(observation, names), strict=True))
+        return policies.metrics(env.env_id, env.kwargs, by_label(probabilities), self.options.max_info_states)
 
-        return policies.metrics(env.env_id, env.kwargs, by_label, self.options.max_info_states)
+    def mixture_metrics(self, env: EnvSpec, members: list[tuple[float, ActionProbabilities]]) -> dict[str, float]:
+        """The same for the mixture that plays one member per game (``collection.eval_mixtures``)."""
+        return policies.mixture_metrics(env.env_id, env.kwargs, [(w, by_label(p)) for w, p in members],
+                                        self.options.max_info_states)
+
+
+def by_label(probabilities: ActionProbabilities) -> policies.Probabilities:
+    """The core's (observation, labels) -> probabilities as the extraction asks: {label: probability}."""
+    def probabilities_by_label(observation: str, labels: dict[str, int]) -> dict[str, float]:
+        names = list(labels)
+        return dict(zip(names, probabilities(observation, names), strict=True))
+
+    return probabilities_by_label
 
 
 def check_env(env: EnvSpec, options: OpenSpielOptions) -> None:

@@ -116,6 +116,18 @@ def metrics(env_id: str, params: dict[str, Any] | None, probabilities: Probabili
             "seconds": round(extracted.seconds, 3)}
 
 
+def mixture_metrics(env_id: str, params: dict[str, Any] | None, members: list[tuple[float, Probabilities]],
+                    limit: int = MAX_INFO_STATES) -> dict[str, float]:
+    """Exploitability and NashConv of the mixture that draws one member per game with its
+    weight, the largest invalid mass of any member, and how many members it has."""
+    began = time.perf_counter()
+    extracted = [extract(env_id, params, probabilities, limit) for _, probabilities in members]
+    policy = mixture_policy(env_id, params, [e.policy for e in extracted], [w for w, _ in members])
+    value, conv = nash_conv(env_id, params, policy)
+    return {"exploitability": value, "nash_conv": conv, "invalid_mass": max(e.max_invalid_mass for e in extracted),
+            "members": float(len(members)), "seconds": round(time.perf_counter() - began, 3)}
+
+
 def mixture_policy(env_id: str, params: dict[str, Any] | None, tables: list[Any], weights: list[float]) -> Any:
     """The behaviour policy of a mixture of policies drawn once per game with ``weights``: at each
     information state the policies' probabilities weighted by weight x the reach of the state

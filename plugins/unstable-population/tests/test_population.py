@@ -52,9 +52,25 @@ def test_the_payoff_matrix_is_each_pairs_mean_result_from_the_leagues_counts():
     reg = population(2)
     play(reg, "ckpt-1", "ckpt-2", wins_a=3, wins_b=1)
     play(reg, "base", "ckpt-2", wins_a=0, wins_b=2, draws=2)
-    m = payoff_matrix(["base", "ckpt-1", "ckpt-2"], reg)
+    m = payoff_matrix(["base", "ckpt-1", "ckpt-2"], reg, "outcome")
     assert m[1][2] == pytest.approx(0.5) and m[2][1] == pytest.approx(-0.5)
     assert m[0][2] == pytest.approx(-0.5) and m[0][1] == 0.0 and m[0][0] == 0.0
+    assert payoff_matrix(["base", "ckpt-1", "ckpt-2"], reg) == m  # rewards of +-1: the same game
+
+
+def test_the_reward_meta_game_weighs_what_was_won_not_how_often():
+    """ckpt-1 wins 3 games of 1 chip against ckpt-2 and loses one of 6 chips: it wins more
+    often, yet its mean reward is negative; the reward meta-game picks ckpt-2, the outcome one ckpt-1."""
+    reg = population(2)
+    a, b = reg.get("ckpt-1").ref, reg.get("ckpt-2").ref
+    for ra in (1.0, 1.0, 1.0, -6.0):
+        reg.record_game(sample_result(seats=[a, b], rewards={0: ra, 1: -ra}))
+    assert payoff_matrix(["ckpt-1", "ckpt-2"], reg) == [[0.0, pytest.approx(-0.75)], [pytest.approx(0.75), 0.0]]
+    assert payoff_matrix(["ckpt-1", "ckpt-2"], reg, "outcome") == [[0.0, pytest.approx(0.5)], [pytest.approx(-0.5), 0.0]]
+    for payoff, pick in (("reward", "ckpt-2"), ("outcome", "ckpt-1")):
+        sampler = PSROSampler(PSROOptions(entry_games=1, explore=0.0, payoff=payoff))  # the base model played none
+        sampler.sample(ENV, reg.current, 1, reg, random.Random(0))
+        assert sampler.mixture()[pick] == pytest.approx(1.0)
 
 
 def within_4_se(counts, n, expected):
@@ -172,3 +188,107 @@ def test_a_killed_and_resumed_sync_run_draws_the_same_opponents(sampler, tmp_pat
     whole = seats(tmp_path / "whole")
     assert len({uid for _, uids in whole for uid in uids if uid.startswith("ckpt-")}) >= 4
     assert seats(tmp_path / "killed") == whole
+
+
+def test_the_league_offers_the_uniform_and_the_meta_mixture_for_evaluation(tmp_path):
+    """`collection.eval_mixtures`: the league hands the evaluator every checkpoint alike and the
+    psro sampler's Nash mixture, as models with weights; a sampler without a mixture gives none."""
+    import asyncio
+
+    import unstable_core
+    from unstable_core.executors import build_role
+    from unstable_core.testing import toy_config, toy_plugin
+
+    system = unstable_core.load_plugins(entry_points=False, extra=[("toy", toy_plugin), ("population", plugin)])
+    for sampler, expected in (({"name": "psro", "entry_games": 10, "explore": 0.0}, {"uniform", "meta"}),
+                              ({"name": "fictitious"}, {"uniform"})):
+        cfg = toy_config(model_sampler=sampler, trackers=[])
+        league = build_role("league", unstable_core.build(cfg, run_dir=tmp_path / sampler["name"], plugins=system).plan, system)
+        base = league.registry.get("base").ref
+        for v in (1, 2, 3):
+            league.registry.add_checkpoint(Checkpoint(uid=f"ckpt-{v}", version=v, path=f"/c/{v}"), base)
+        for a, b in (("ckpt-1", "ckpt-2"), ("ckpt-2", "ckpt-3"), ("ckpt-3", "ckpt-1")):
+            play(league.registry, a, b, wins_a=0, wins_b=20)  # a cycle: a third each
+        league.model_sampler.sample(ENV, league.registry.current, 1, league.registry, random.Random(0))
+        mixtures = asyncio.run(league.mixtures(["uniform", "meta"]))
+        assert set(mixtures) == expected
+        assert [(ref.uid, w) for ref, w in mixtures["uniform"]] == [(uid, 0.25) for uid in ("base", "ckpt-1", "ckpt-2", "ckpt-3")]
+        if "meta" in expected:
+            meta = {ref.uid: w for ref, w in mixtures["meta"]}
+            assert meta == pytest.approx({"ckpt-1": 1 / 3, "ckpt-2": 1 / 3, "ckpt-3": 1 / 3}, abs=1e-9)  # base: weight 0, left out
+            assert all(ref.adapter_path == f"/c/{ref.version}" for ref, _ in mixtures["meta"])
+            assert set(asyncio.run(league.mixtures(["uniform"]))) == {"uniform"}
+
+
+def tournament_versions(run_dir, mixture, tmp_path, games, system):
+    """A tournament of the `mixture` model of ``run_dir`` against random-valid: the policy version
+    of the checkpoint that played each of the mixture's turns, a list a game."""
+    import json
+
+    import unstable_core
+
+    cfg = {"name": f"mix-{mixture}", "seed": 3, "env": {"name": "toy"},
+           "train_envs": [{"env_id": "PickBest-v0", "num_players": 2}],
+           "opponents": [{"uid": "mix", "backend": "mixture", "model": str(run_dir), "options": {"mixture": mixture}}, "random-valid"],
+           "model_sampler": {"name": "fixed"}, "collection": {"tournament_games": games, "num_train_games": 32, "transcripts": 1.0},
+           "trackers": []}
+    result = unstable_core.run(cfg, run_dir=tmp_path / f"t-{mixture}", plugins=system)
+    assert result.status == "completed"
+    out = []
+    for game in map(json.loads, (tmp_path / f"t-{mixture}" / "games" / "tournament.jsonl").open()):
+        seats = [s["uid"] for s in game["seats"]]
+        versions = [t["policy_version"] for t in game["turns"] if seats[t["player_id"]] == "mix"]
+        if versions:
+            out.append(versions)
+    return out
+
+
+def test_a_runs_population_plays_as_one_model_drawing_a_checkpoint_per_game(tmp_path):
+    """The `mixture` backend: each game, the model of a run's mixture is one of its checkpoints,
+    drawn with the mixture's weights (uniform: every checkpoint and the base model alike; meta:
+    psro's mixture from registry.json), served by the run's own backend."""
+    import json
+
+    import unstable_core
+    from unstable_core.testing import toy_config, toy_plugin
+
+    system = unstable_core.load_plugins(entry_points=False, extra=[("toy", toy_plugin), ("population", plugin)])
+    cfg = toy_config(model_sampler={"name": "psro", "entry_games": 4, "resolve_every": 20},
+                     training={"learning_steps": 4, "batch_size": 16, "save_every": 1, "eval_every": 0},
+                     collection={"mode": "sync", "num_train_games": 8, "eval_games": 8}, trackers=[])
+    unstable_core.run(cfg, run_dir=tmp_path / "r", plugins=system)
+    played = tournament_versions(tmp_path / "r", "uniform", tmp_path, 1500, system)
+    assert all(len(set(v)) == 1 for v in played)  # one checkpoint a game
+    counts: dict[int, int] = {}
+    for versions in played:
+        counts[versions[0]] = counts.get(versions[0], 0) + 1
+    within_4_se(counts, len(played), {v: 1 / 5 for v in range(5)})  # base (version 0) and ckpt-1..4
+    registry = json.loads((tmp_path / "r" / "registry.json").read_text())
+    assert registry["mixture"] and sum(registry["mixture"].values()) == pytest.approx(1.0)  # psro's, as it ended
+    meta = {"base": 0.1, "ckpt-1": 0.0, "ckpt-2": 0.6, "ckpt-4": 0.3}  # a mixture that tells the draws apart
+    (tmp_path / "r" / "registry.json").write_text(json.dumps({**registry, "mixture": meta}))
+    played = tournament_versions(tmp_path / "r", "meta", tmp_path, 1500, system)
+    counts = {}
+    for versions in played:
+        counts[versions[0]] = counts.get(versions[0], 0) + 1
+    assert set(counts) == {0, 2, 4}
+    within_4_se(counts, len(played), {0: 0.1, 2: 0.6, 4: 0.3})
+
+
+def test_a_mixture_the_run_does_not_have_is_refused_naming_the_run(tmp_path, cli_run=None):
+    """A run whose sampler keeps no meta mixture (`mirror`), or a folder that is no run: one line
+    from the config check, naming the model and what is missing, before any game."""
+    import unstable_core
+    from unstable_core import ConfigError
+    from unstable_core.testing import toy_config, toy_plugin
+
+    system = unstable_core.load_plugins(entry_points=False, extra=[("toy", toy_plugin), ("population", plugin)])
+    cfg = toy_config(training={"learning_steps": 2, "batch_size": 16, "save_every": 1, "eval_every": 0}, trackers=[])
+    unstable_core.run(cfg, run_dir=tmp_path / "mirror", plugins=system)
+    for model, mixture, message in ((tmp_path / "mirror", "meta", "keeps no meta mixture"),
+                                    (tmp_path / "nowhere", "uniform", "a run directory with checkpoints")):
+        bad = {"name": "bad", "env": {"name": "toy"}, "train_envs": [{"env_id": "PickBest-v0", "num_players": 2}],
+               "opponents": [{"uid": "mix", "backend": "mixture", "model": str(model), "options": {"mixture": mixture}}, "random-valid"],
+               "model_sampler": {"name": "fixed"}, "trackers": []}
+        with pytest.raises(ConfigError, match=message):
+            unstable_core.build(bad, run_dir=tmp_path / f"bad-{mixture}", plugins=system)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from unstable_core import ModelSamplerSpec, hookimpl
+from unstable_core import InferenceSpec, ModelSamplerSpec, hookimpl
 
+from .mixture import MixtureInference, MixtureModelOptions, check_model
 from .samplers import FictitiousOptions, FictitiousSampler, PSROOptions, PSROSampler
 
 
@@ -15,3 +16,10 @@ def unstable_model_samplers() -> list[ModelSamplerSpec]:
         ModelSamplerSpec(name="psro", summary="PSRO: opponents from the Nash mixture of the checkpoints' meta-game",
                          config=PSROOptions, factory=lambda o, ctx: PSROSampler(o)),
     ]
+
+
+@hookimpl
+def unstable_inference_backends() -> list[InferenceSpec]:
+    return [InferenceSpec(name="mixture", summary="A run's population as one model: a checkpoint drawn per game from its "
+                          "uniform or PSRO meta mixture", factory=lambda o, ctx: MixtureInference(ctx.build),
+                          check_model=check_model, model_options=MixtureModelOptions, serves_checkpoints=False)]

@@ -160,11 +160,16 @@ def test_exact_policy_metrics_are_logged_per_env_and_model(tmp_path):
     for opponent in ("random-valid", "cfr"):
         tracker.log(EvalRecord(step=0, time=0.0, env_id="openspiel/kuhn_poker", model="tiny", opponent=opponent, games=10,
                                win_rate=0.5, draw_rate=0.0, loss_rate=0.5, invalid_rate=0.0, format_rate=1.0,
-                               policy={"exploitability": 0.48, "nash_conv": 0.96}))
+                               policy={"exploitability": 0.48, "nash_conv": 0.96},
+                               mixtures={"uniform": {"exploitability": 0.21, "members": 5.0}, "meta": {"exploitability": 0.12}}))
     tracker.close()
     (run,) = read_offline_runs(tmp_path)
     assert [v for _, v in run.series("policy/openspiel_kuhn_poker/tiny/exploitability")] == [0.48, 0.48]
     assert [v for _, v in run.series("policy/openspiel_kuhn_poker/tiny/nash_conv")] == [0.96, 0.96]
+    # the population's mixtures (collection.eval_mixtures)
+    assert [v for _, v in run.series("policy/openspiel_kuhn_poker/uniform-mixture/exploitability")] == [0.21, 0.21]
+    assert [v for _, v in run.series("policy/openspiel_kuhn_poker/uniform-mixture/members")] == [5.0, 5.0]
+    assert [v for _, v in run.series("policy/openspiel_kuhn_poker/meta-mixture/exploitability")] == [0.12, 0.12]
 
 
 def test_a_restart_is_logged_with_its_count_and_role(tmp_path):

@@ -14,7 +14,9 @@ record          logged as
                 run the model is ``policy`` and ``.../checkpoint_step`` says which checkpoint
                 played (the latest saved: 0 for the base model); exact
                 policy metrics (``collection.eval_policy_metrics``) as
-                ``policy/<env>/<model>/<metric>`` (exploitability, nash_conv, invalid_mass)
+                ``policy/<env>/<model>/<metric>`` (exploitability, nash_conv, invalid_mass),
+                the population's mixtures' (``collection.eval_mixtures``) as
+                ``policy/<env>/<uniform|meta>-mixture/<metric>``
 ``summary``     ``collection/...`` (games/s, failures, buffer, per (mode, env) rates over every game so
                 far: ``win_rate_so_far``, ...) at ``games``
 ``restart``     ``executor/restarts`` (so far) and ``executor/restarted/<role>`` (1) at ``learner_step``;
@@ -121,6 +123,8 @@ class WandbTracker:
             data[f"{base}/checkpoint_step"] = int(r.model.split("-")[-1]) if r.model.startswith("ckpt-") else 0
         # exact policy metrics are the model's on the env, whatever the opponent
         data.update({f"policy/{key_part(r.env_id)}/{model}/{k}": v for k, v in r.policy.items()})
+        for name, figures in r.mixtures.items():  # the population's mixtures (eval_mixtures)
+            data.update({f"policy/{key_part(r.env_id)}/{name}-mixture/{k}": v for k, v in figures.items()})
         self.run.log(data)
 
     def _on_summary(self, r: Any) -> None:

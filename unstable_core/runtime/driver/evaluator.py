@@ -26,8 +26,10 @@ class EvalRound:
     finished, and the running outcome counts. A run snapshot taken while it plays saves the
     games not yet finished with the counts so far; resuming plays those and reports the round."""
 
-    def __init__(self, step: int, specs: list[GameSpec], agg: OutcomeAggregator, model: ModelRef | None = None) -> None:
+    def __init__(self, step: int, specs: list[GameSpec], agg: OutcomeAggregator, model: ModelRef | None = None,
+                 mixtures: dict[str, list[tuple[ModelRef, float]]] | None = None) -> None:
         self.step, self.specs, self.agg, self.model = step, specs, agg, model
+        self.mixtures = mixtures or {}  # the population's mixtures when the round started (eval_mixtures)
         self.taken = 0
         self.finished: set[int] = set()
 
@@ -42,14 +44,17 @@ class EvalRound:
     def state_dict(self) -> dict[str, Any]:
         unfinished = [s.model_dump(mode="json") for s in self.specs if s.game_idx not in self.finished]
         model = self.model.model_dump(mode="json") if self.model is not None else None
-        return {"step": self.step, "specs": unfinished, "counts": self.agg.state_dict(), "model": model}
+        mixtures = {name: [[ref.model_dump(mode="json"), w] for ref, w in members] for name, members in self.mixtures.items()}
+        return {"step": self.step, "specs": unfinished, "counts": self.agg.state_dict(), "model": model, "mixtures": mixtures}
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> EvalRound:
         agg = OutcomeAggregator(anchor=None)
         agg.load_state_dict(state["counts"])
         model = ModelRef.model_validate(state["model"]) if state.get("model") else None
-        return cls(state["step"], [GameSpec.model_validate(s) for s in state["specs"]], agg, model)
+        mixtures = {name: [(ModelRef.model_validate(ref), float(w)) for ref, w in members]
+                    for name, members in (state.get("mixtures") or {}).items()}
+        return cls(state["step"], [GameSpec.model_validate(s) for s in state["specs"]], agg, model, mixtures)
 
 
 class Evaluator:
@@ -85,7 +90,8 @@ class Evaluator:
         model, specs = await league.eval_specs(step)
         if model is None or not specs:
             return None
-        round = EvalRound(step, specs, OutcomeAggregator(anchor=model.uid), model)
+        mixtures = await league.mixtures(list[str](c.eval_mixtures)) if c.eval_mixtures else {}
+        round = EvalRound(step, specs, OutcomeAggregator(anchor=model.uid), model, mixtures)
         self.rounds.append(round)
         return round
 
@@ -111,13 +117,17 @@ class Evaluator:
 
     async def with_policy_metrics(self, round: EvalRound, records: list[EvalRecord]) -> list[EvalRecord]:
         """The records with the evaluated model's exact policy metrics on each env where its
-        provider offers them (``collection.eval_policy_metrics``)."""
+        provider offers them (``collection.eval_policy_metrics``), and its population's
+        mixtures' (``collection.eval_mixtures``)."""
         if not self.run.cfg.collection.eval_policy_metrics or round.model is None:
             return records
-        metrics = {}
+        rollout = self.run.roles.rollouts[0]
+        metrics, mixtures = {}, {}
         for env in self.run.cfg.evaluation_envs:
-            metrics[env.env_id] = await self.run.roles.rollouts[0].policy_metrics(round.model, env)
-        return [r.model_copy(update={"policy": metrics.get(r.env_id, {})}) for r in records]
+            metrics[env.env_id] = await rollout.policy_metrics(round.model, env)
+            found = {name: await rollout.mixture_metrics(members, env) for name, members in round.mixtures.items()}
+            mixtures[env.env_id] = {name: figures for name, figures in found.items() if figures}
+        return [r.model_copy(update={"policy": metrics.get(r.env_id, {}), "mixtures": mixtures.get(r.env_id, {})}) for r in records]
 
     def state_dict(self) -> list[dict[str, Any]]:
         return [r.state_dict() for r in self.rounds]

@@ -111,7 +111,7 @@ class GameRunner:
                 prompt = render(observation, tokenizer=tokenizers[pid])
                 fields = {
                     "model": seats[pid], "prompt": prompt, "observation": observation, "env_id": env_id,
-                    "player_id": pid, "seed": turn_seed(own if turns >= branch else seed, turns),
+                    "player_id": pid, "seed": turn_seed(own if turns >= branch else seed, turns), "game_seed": seed,
                 }
                 # the env's and template's values are used as they are when their types are
                 # exact; anything else is validated (coerced, or the game fails naming the field)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...basemodel import trusted
 from ...errors import ComponentError
+from ...protocols import PopulationMixture
 from ...state import load_into, rng_state, set_rng_state, state_of
 from ...types import Checkpoint, CheckpointContext, EnvSpec, GameEndContext, GameResult, GameSpec, ModelRef
 from ..building import Builder, guarded
@@ -187,10 +188,29 @@ class League:
     async def fixed(self) -> list[ModelRef]:
         return self.registry.fixed()
 
+    async def mixtures(self, names: list[str]) -> dict[str, list[tuple[ModelRef, float]]]:
+        """The population's mixtures (``collection.eval_mixtures``) as (model, weight) lists:
+        'uniform', every checkpoint alike (the base model included); 'meta', the mixture the
+        model sampler targets (``PopulationMixture``), when it keeps one."""
+        out: dict[str, list[tuple[ModelRef, float]]] = {}
+        if "uniform" in names and self.registry.checkpoints():
+            pool = self.registry.checkpoints()
+            out["uniform"] = [(ref, 1.0 / len(pool)) for ref in pool]
+        if "meta" in names and isinstance(self.model_sampler, PopulationMixture):
+            weights = guarded(self.labels["model_sampler"], "mixture", self.model_sampler.mixture)
+            members = [(self.registry.get(uid).ref, float(w)) for uid, w in dict(weights).items()
+                       if w > 0 and uid in self.registry.entries]
+            if members:
+                out["meta"] = members
+        return out
+
     async def snapshot(self) -> dict[str, Any]:
-        """The registry (models, counts, pairs, current) with the rater's numbers."""
+        """The registry (models, counts, pairs, current) with the rater's numbers and, with a
+        sampler that targets a mixture of the population, that mixture (uid -> weight)."""
         snap = self.registry.snapshot()
         snap["ratings"] = guarded(self.labels["rater"], "ratings", self.rater.ratings, self.registry)
+        if isinstance(self.model_sampler, PopulationMixture):  # the mixture it targets (psro's meta-game Nash mixture)
+            snap["mixture"] = dict(guarded(self.labels["model_sampler"], "mixture", self.model_sampler.mixture))
         return snap
 
     # -- state ------------------------------------------------------------------------------------

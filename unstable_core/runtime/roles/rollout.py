@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...config import env_provider_of
 from ...errors import PluginError, RunFailed
-from ...protocols import PolicyMetrics
+from ...protocols import ActionProbabilities, MixtureMetrics, PolicyMetrics
 from ...types import Checkpoint, EnvSpec, GameResult, GameSpec, GenerationRequest, ModelRef
 from ..building import Builder, guarded
 from ..game.eager import eager
@@ -39,6 +39,7 @@ class Rollout:
         self._backends: dict[str, Any] = {}
         self._at_once: dict[str, bool] = {}  # backend name -> its spec's answers_at_once
         self._games: set[asyncio.Future[GameResult]] = set()  # games that suspended, until they end
+        self._scored: dict[tuple[Any, ...], list[float]] = {}  # action probabilities a model's backend gave
         collection = cfg.collection
         self.env_calls = EnvCalls(collection.env_calls, collection.slow_env_call_ms / 1000)
         self.lockstep = Lockstep() if collection.mode == "sync" else None
@@ -129,23 +130,57 @@ class Rollout:
         from the probability the model's backend gives each legal action's answer (the built-in
         templates' answer form, ``\\boxed{label}``); nothing when the provider offers none or
         the backend scores no completions. Computed in a worker thread: games go on."""
+        provider = self.metrics_provider(env, [model])
+        if provider is None:
+            return {}
+        metrics = await asyncio.to_thread(guarded, self.provider_label(env), "policy_metrics", provider.policy_metrics,
+                                          env, self.action_probabilities(model, env))
+        return {str(k): float(v) for k, v in dict(metrics).items()}
+
+    async def mixture_metrics(self, members: list[tuple[ModelRef, float]], env: EnvSpec) -> dict[str, float]:
+        """The same for the mixture that draws one of ``members`` per game with its weight
+        (``collection.eval_mixtures``); nothing when the provider scores no mixtures. Each
+        model's answers are scored once a run (a checkpoint never changes)."""
+        provider = self.metrics_provider(env, [ref for ref, _ in members])
+        if provider is None or not members or not isinstance(provider, MixtureMetrics):
+            return {}
+        total = sum(w for _, w in members)
+        scored = [(w / total, self.action_probabilities(ref, env)) for ref, w in members]
+        metrics = await asyncio.to_thread(guarded, self.provider_label(env), "mixture_metrics", provider.mixture_metrics,
+                                          env, scored)
+        return {str(k): float(v) for k, v in dict(metrics).items()}
+
+    def provider_label(self, env: EnvSpec) -> str:
+        name = env_provider_of(env.env_id, self.default_env)
+        return self.builder.label("env" if name == self.default_env else f"env_providers.{name}")
+
+    def metrics_provider(self, env: EnvSpec, models: list[ModelRef]) -> PolicyMetrics | None:
+        """``env``'s provider when it offers policy metrics and every model's backend scores completions."""
         name = env_provider_of(env.env_id, self.default_env)
         provider_key = "env" if name == self.default_env else f"env_providers.{name}"
-        backend_key = "inference" if model.backend == self.trained_backend else f"backends.{model.backend}"
-        if not self.builder.spec(provider_key).policy_metrics or not self.builder.spec(backend_key).scores_completions:
-            return {}
-        provider, backend, template = self.env_providers.providers[name], self.backend(model.backend), self.template(env.template)
+        backend_keys = {"inference" if m.backend == self.trained_backend else f"backends.{m.backend}" for m in models}
+        if not self.builder.spec(provider_key).policy_metrics or not all(self.builder.spec(k).scores_completions for k in backend_keys):
+            return None
+        provider = self.env_providers.providers[name]
         if not isinstance(provider, PolicyMetrics):
             raise PluginError(f"{self.builder.label(provider_key)} declares policy_metrics but has no policy_metrics()")
+        return provider
+
+    def action_probabilities(self, model: ModelRef, env: EnvSpec) -> ActionProbabilities:
+        """``probabilities(observation, labels)`` of ``model`` through its backend, remembered
+        per (model, template, observation, labels): a checkpoint is scored once a run."""
+        backend, template = self.backend(model.backend), self.template(env.template)
 
         def probabilities(observation: str, labels: list[str]) -> list[float]:
-            prompt = template.render(observation, tokenizer=backend.tokenizer)
-            request = GenerationRequest(model=model, prompt=prompt, observation=observation, env_id=env.env_id)
-            return list(backend.completion_probabilities(request, [f"\\boxed{{{label}}}" for label in labels]))
+            key = (model.uid, model.version, env.template, observation, tuple(labels))
+            found = self._scored.get(key)
+            if found is None:
+                prompt = template.render(observation, tokenizer=backend.tokenizer)
+                request = GenerationRequest(model=model, prompt=prompt, observation=observation, env_id=env.env_id)
+                found = self._scored[key] = list(backend.completion_probabilities(request, [f"\\boxed{{{label}}}" for label in labels]))
+            return list(found)
 
-        metrics = await asyncio.to_thread(guarded, self.builder.label(provider_key), "policy_metrics", provider.policy_metrics,
-                                          env, probabilities)
-        return {str(k): float(v) for k, v in dict(metrics).items()}
+        return probabilities
 
     def close(self) -> None:
         for game in self._games:
