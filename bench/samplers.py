@@ -29,6 +29,7 @@ SAMPLERS = {
     "random": {"name": "random", "fixed_prob": 0.5, "max_active": 3},
     "fictitious": {"name": "fictitious"},
     "psro": {"name": "psro", "entry_games": 50, "resolve_every": 200},
+    "psro-exact": {"name": "psro", "payoff": "exact"},  # the meta-game from exact expected payoffs (OpenSpiel)
 }
 
 
@@ -60,7 +61,7 @@ def spread(values: list[float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.strip().split("\n")[0])
     parser.add_argument("--config", default="examples/openspiel-kuhn-tiny.toml")
-    parser.add_argument("--samplers", nargs="+", default=list(SAMPLERS), choices=list(SAMPLERS))
+    parser.add_argument("--samplers", nargs="+", default=["mirror", "random", "fictitious", "psro"], choices=list(SAMPLERS))
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=80)
     parser.add_argument("--games", type=int, default=200, help="games per evaluation")

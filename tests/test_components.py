@@ -250,6 +250,11 @@ def test_registry_counts_pairs_and_snapshot(tmp_path):
     old["pairs"] = [pair[:6] for pair in old["pairs"]]
     restored.load_state_dict(old)
     assert restored.head_to_head("greedy", "ckpt-1") == (0, 1, 2) and restored.mean_reward("greedy", "ckpt-1") == 0.0
+    assert reg.exact_payoff("ckpt-1", "greedy") is None  # exact payoffs: only when the run computes them
+    reg.record_payoff("greedy", "ckpt-1", 0.25)
+    assert reg.exact_payoff("greedy", "ckpt-1") == 0.25 and reg.exact_payoff("ckpt-1", "greedy") == -0.25
+    restored.load_state_dict(reg.state_dict())
+    assert restored.exact_payoff("ckpt-1", "greedy") == -0.25
     e = reg.get("ckpt-1")
     reg.write(tmp_path / "r.json")
     import json

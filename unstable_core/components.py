@@ -154,6 +154,11 @@ class EnvSamplerSpec(ComponentSpec):
 
 class ModelSamplerSpec(ComponentSpec):
     kind: ClassVar[str] = "model_sampler"
+    exact_payoffs: Callable[[Any], bool] | None = Field(
+        None, description="exact_payoffs(options) -> True when the sampler, with these options, reads the exact expected "
+        "payoffs between checkpoints (`registry.exact_payoff`): the run then computes each new checkpoint's against every "
+        "earlier one (an env provider that offers them, `ExactPayoffs`, and a trained backend that scores completions).",
+    )
 
 
 class RaterSpec(ComponentSpec):

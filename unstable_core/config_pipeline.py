@@ -1,8 +1,8 @@
 """Whether the reward pipeline, the buffer, the learner and grouped games fit together, from what
 each component declares on its record (``RewardTransformSpec.needs_groups`` / ``mixes_batch``,
 ``BufferSpec.keeps_episodes``, ``LearnerSpec.computes_advantages`` / ``needs_episodes`` /
-``needs_groups``): one line a
-conflict, naming the keys, for ``config check`` and the start of a run."""
+``needs_groups``, ``ModelSamplerSpec.exact_payoffs``): one line a conflict, naming the keys, for
+``config check`` and the start of a run."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .config import RunConfig
+from .config import RunConfig, env_provider_of
 
 Resolved = dict[str, tuple[Any, BaseModel]]
 
@@ -44,6 +44,7 @@ def pipeline_problems(cfg: RunConfig, resolved: Resolved, source: str = "<config
             mixed = key
     if cfg.training.colocate:
         problems += colocate_problems(cfg, resolved, source)
+    problems += payoff_problems(cfg, resolved, source)
     learner = resolved.get("learner")
     if learner is None:
         return problems
@@ -71,4 +72,24 @@ def colocate_problems(cfg: RunConfig, resolved: Resolved, source: str) -> list[s
     if inference is not None and not inference[0].releases_memory:
         problems.append(f"{source}: training.colocate = true: inference {inference[0].name!r} cannot release its memory "
                         "(it declares no releases_memory); use a backend that can (hf, vllm) or set colocate = false")
+    return problems
+
+
+def payoff_problems(cfg: RunConfig, resolved: Resolved, source: str) -> list[str]:
+    """A model sampler that reads exact payoffs (``ModelSamplerSpec.exact_payoffs``): every
+    training env's provider offers them and the trained model's backend scores completions."""
+    sampler = resolved.get("model_sampler")
+    if sampler is None or sampler[0].exact_payoffs is None or not sampler[0].exact_payoffs(sampler[1]):
+        return []
+    what = f"{source}: {_name(resolved, 'model_sampler')} reads exact payoffs between checkpoints"
+    problems = []
+    for env in cfg.train_envs:
+        name = env_provider_of(env.env_id, cfg.env.name)
+        provider = resolved.get("env" if name == cfg.env.name else f"env_providers.{name}")
+        if provider is not None and not provider[0].policy_metrics:
+            problems.append(f"{what}: env provider {provider[0].name!r} of {env.env_id} computes none (an exact game's: openspiel)")
+    inference = resolved.get("inference")
+    if inference is not None and not inference[0].scores_completions:
+        problems.append(f"{what}: inference {inference[0].name!r} scores no completions (scores_completions), so no "
+                        "checkpoint's policy can be read exactly")
     return problems

@@ -76,6 +76,18 @@ class LeagueHandle(StatefulRole, Protocol):
         """The evaluated model and the games of the evaluation round at learner step ``step``."""
         ...
 
+    async def population(self) -> list[ModelRef]:
+        """The base model and every checkpoint, oldest first."""
+        ...
+
+    async def wants_payoffs(self) -> bool:
+        """The model sampler reads exact payoffs between checkpoints (``ModelSamplerSpec.exact_payoffs``)."""
+        ...
+
+    async def record_payoffs(self, uid: str, payoffs: dict[str, float]) -> None:
+        """``uid``'s exact expected reward against each of the others (a sampler's ``exact_payoffs``)."""
+        ...
+
     async def mixtures(self, names: list[str]) -> dict[str, list[tuple[ModelRef, float]]]:
         """The population's mixtures by name ('uniform': every checkpoint alike; 'meta': the model
         sampler's, when it keeps one) as (model, weight) lists."""
@@ -107,6 +119,11 @@ class RolloutHandle(Protocol):
     async def mixture_metrics(self, members: list[tuple[ModelRef, float]], env: EnvSpec) -> dict[str, float]:
         """The same for the mixture that draws one of ``members`` per game with its weight;
         empty when the provider scores no mixtures."""
+        ...
+
+    async def expected_payoffs(self, row: ModelRef, columns: list[ModelRef], envs: list[EnvSpec]) -> list[float]:
+        """``row``'s exact expected reward against each of ``columns``, the mean over ``envs``
+        (their providers offer ``ExactPayoffs``)."""
         ...
 
     async def sleep(self) -> None:

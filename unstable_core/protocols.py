@@ -70,6 +70,16 @@ class MixtureMetrics(Protocol):
 
 
 @runtime_checkable
+class ExactPayoffs(Protocol):
+    """What an env provider that computes exact expected payoffs between policies offers
+    (model samplers whose record declares ``exact_payoffs``: psro's ``payoff = "exact"``)."""
+
+    def expected_payoffs(self, env: EnvSpec, row: ActionProbabilities, columns: list[ActionProbabilities]) -> list[float]:
+        """``row``'s expected reward against each of ``columns``, the mean over the seats it may take."""
+        ...
+
+
+@runtime_checkable
 class EnvSampler(Protocol):
     def sample(self, envs: Sequence[EnvSpec], rng: random.Random) -> EnvSpec:
         """Pick the environment of the next training game."""
@@ -86,8 +96,9 @@ class Registry(Protocol):
     opponents in config order, ``checkpoints()`` the learner's snapshots oldest first (the base
     model first), ``active_checkpoints(limit)`` those still in the pool, and
     ``match_count(a, b)`` / ``head_to_head(a, b)`` the games two uids played against each other
-    and (wins of a, draws, wins of b), and ``mean_reward(a, b)`` a's mean reward in those games
-    (None if none). Samplers only read it; the league counts the games."""
+    and (wins of a, draws, wins of b), ``mean_reward(a, b)`` a's mean reward in those games
+    (None if none), and ``exact_payoff(a, b)`` a's exact expected reward against b (None unless
+    the run computes them: a sampler whose record declares ``exact_payoffs``). Samplers only read it; the league counts the games."""
 
     entries: dict[str, Any]
 
@@ -107,6 +118,8 @@ class Registry(Protocol):
     def head_to_head(self, a: str, b: str) -> tuple[int, int, int]: ...
 
     def mean_reward(self, a: str, b: str) -> float | None: ...
+
+    def exact_payoff(self, a: str, b: str) -> float | None: ...
 
 
 @runtime_checkable

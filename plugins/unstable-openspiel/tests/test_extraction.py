@@ -173,3 +173,39 @@ def test_a_tiny_model_can_warm_start_on_an_openspiel_agent():
     assert len({card for card, _ in answers}) == len(answers)  # one answer per card: a deterministic policy
     with pytest.raises(ValueError, match="sft_backend: unknown inference 'nope'"):
         TinySpec.parse("tiny?sft_backend=nope").check_agents()
+
+
+def test_psro_on_exact_payoffs_reads_what_the_checkpoints_win_against_each_other(tiny, tmp_path):
+    """psro's payoff = "exact" on Kuhn poker: with every checkpoint the run computes its exact
+    expected chips against each earlier one (through the rollout role's backend); they are what
+    the saved checkpoints, served afresh, give, and psro's mixture is the meta-game's Nash."""
+    pytest.importorskip("unstable_population")
+    from unstable_core import get_plugin_system
+    from unstable_openspiel import policies
+    from unstable_openspiel.exploit import from_run_dir, served_probabilities
+    from unstable_population.meta import nash_mixture
+
+    overrides = [f'model.model="{tiny}"', "training.learning_steps=4", "training.save_every=2", "training.eval_every=0",
+                 "training.batch_size=64", "learner.lr=1e-2", 'collection.mode="sync"', "trackers=[]",
+                 'model_sampler={name="psro", payoff="exact"}',
+                 'reward.sampling=[{name="normalize"}, {name="scale-negative", scale=0.0}]']
+    examples = __import__("pathlib").Path(__file__).resolve().parents[3] / "examples"
+    result = unstable_core.run(examples / "openspiel-kuhn-tiny.toml", run_dir=tmp_path / "run", overrides=overrides)
+    assert result.status == "completed" and result.learner_steps == 4
+    run = tmp_path / "run"
+    latest = json.loads((run / "state" / "latest").read_text())["path"]
+    registry = json.loads((run / "state" / latest / "state.json").read_text())["state"]["league"]["registry"]
+    recorded = {(a, b): v for a, b, v in registry["payoffs"]}
+    assert set(recorded) == {("base", "ckpt-2"), ("base", "ckpt-4"), ("ckpt-2", "ckpt-4")}
+    system = get_plugin_system()
+    scored = {uid: served_probabilities(from_run_dir(run, KUHN, uid, None), KUHN, {}, 100, system) for uid in ("base", "ckpt-2", "ckpt-4")}
+    for (a, b), value in recorded.items():
+        assert value == pytest.approx(policies.expected_payoffs(KUHN, {}, scored[a], [scored[b]])[0], abs=1e-9)
+    assert any(abs(v) > 1e-4 for v in recorded.values())  # training moved the policy
+    # the mixture psro last drew from: the Nash of the checkpoints computed by then (the last
+    # checkpoint's payoffs may come after the last game was drawn)
+    mixture = json.loads((run / "registry.json").read_text())["mixture"]
+    uids = list(mixture)
+    assert uids[:2] == ["base", "ckpt-2"] and set(uids) <= {"base", "ckpt-2", "ckpt-4"}
+    matrix = [[0.0 if a == b else (recorded[(a, b)] if (a, b) in recorded else -recorded[(b, a)]) for b in uids] for a in uids]
+    assert [mixture[uid] for uid in uids] == pytest.approx(nash_mixture(matrix), abs=1e-6)

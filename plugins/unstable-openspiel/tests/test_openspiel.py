@@ -229,3 +229,22 @@ def test_a_mixtures_exploitability_is_that_of_a_player_drawing_one_policy_per_ga
     assert conv == pytest.approx(sum(best), abs=1e-9) and value == pytest.approx(sum(best) / 2, abs=1e-9)
     alone, _ = policies.nash_conv(KUHN, {}, policies.mixture_policy(KUHN, {}, tables, [1.0, 0.0]))
     assert alone == pytest.approx(policies.nash_conv(KUHN, {}, tables[0])[0], abs=1e-9)
+
+
+def test_expected_payoffs_are_the_exact_chips_won_from_both_seats():
+    """Hand-worked: a player that always bets (or calls) against one that always passes (or
+    folds) wins the ante from either seat, +1. Against uniform it wins 1/2 as the first player
+    (uniform folds half the time; a called bet is an even showdown) and 1/4 as the second (it
+    bets after uniform's pass, half the time, and wins 1/2 there): 3/8. Uniform against uniform
+    is even once the seats are swapped."""
+    from unstable_openspiel import policies
+
+    def always(label):
+        return lambda observation, labels: {name: 1.0 if name == label else 0.0 for name in labels}
+
+    def uniform(observation, labels):
+        return {name: 1 / len(labels) for name in labels}
+
+    assert policies.expected_payoffs(KUHN, {}, always("[bet]"), [always("[pass]"), uniform]) == pytest.approx([1.0, 0.375], abs=1e-12)
+    assert policies.expected_payoffs(KUHN, {}, always("[pass]"), [always("[bet]")]) == pytest.approx([-1.0], abs=1e-12)
+    assert policies.expected_payoffs(KUHN, {}, uniform, [uniform]) == pytest.approx([0.0], abs=1e-12)

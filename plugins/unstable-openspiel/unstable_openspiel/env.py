@@ -109,6 +109,12 @@ class OpenSpielProvider:
         return policies.mixture_metrics(env.env_id, env.kwargs, [(w, by_label(p)) for w, p in members],
                                         self.options.max_info_states)
 
+    def expected_payoffs(self, env: EnvSpec, row: ActionProbabilities, columns: list[ActionProbabilities]) -> list[float]:
+        """``row``'s exact expected return against each of ``columns``, the mean of its two seats
+        (psro's ``payoff = "exact"``)."""
+        return policies.expected_payoffs(env.env_id, env.kwargs, by_label(row), [by_label(c) for c in columns],
+                                         self.options.max_info_states)
+
 
 def by_label(probabilities: ActionProbabilities) -> policies.Probabilities:
     """The core's (observation, labels) -> probabilities as the extraction asks: {label: probability}."""

@@ -128,6 +128,21 @@ def mixture_metrics(env_id: str, params: dict[str, Any] | None, members: list[tu
             "members": float(len(members)), "seconds": round(time.perf_counter() - began, 3)}
 
 
+def expected_payoffs(env_id: str, params: dict[str, Any] | None, row: Probabilities, columns: list[Probabilities],
+                     limit: int = MAX_INFO_STATES) -> list[float]:
+    """``row``'s expected return against each of ``columns`` (exact, over every chance outcome:
+    OpenSpiel's ``policy_value``), the mean of its two seats."""
+    from open_spiel.python.algorithms.expected_game_score import policy_value
+
+    root = games.load(env_id, params).new_initial_state()
+    mine = extract(env_id, params, row, limit).policy
+    out = []
+    for column in columns:
+        theirs = extract(env_id, params, column, limit).policy
+        out.append(float(policy_value(root, [mine, theirs])[0] + policy_value(root, [theirs, mine])[1]) / 2)
+    return out
+
+
 def mixture_policy(env_id: str, params: dict[str, Any] | None, tables: list[Any], weights: list[float]) -> Any:
     """The behaviour policy of a mixture of policies drawn once per game with ``weights``: at each
     information state the policies' probabilities weighted by weight x the reach of the state

@@ -133,6 +133,27 @@ def test_psro_re_solves_every_n_games_and_lets_newcomers_in_after_their_entry_ga
     assert sampler.mixture()["ckpt-3"] == pytest.approx(1.0)
 
 
+def test_psro_with_exact_payoffs_solves_the_computed_meta_game_without_games():
+    """payoff = "exact": the checkpoints whose exact payoffs the run has recorded form the
+    meta-game (no games needed: rock-paper-scissors gives a third each); one whose payoffs come
+    later enters at once, and the meta-game is re-solved then."""
+    reg = population(3)
+    for a, b in (("ckpt-1", "ckpt-2"), ("ckpt-2", "ckpt-3"), ("ckpt-3", "ckpt-1")):
+        reg.record_payoff(a, b, -1.0)  # each loses to the next: a cycle
+    for v in (1, 2, 3):
+        reg.record_payoff(f"ckpt-{v}", "base", 1.0)
+    sampler = PSROSampler(PSROOptions(payoff="exact", explore=0.0))
+    sampler.sample(ENV, reg.current, 1, reg, random.Random(0))
+    assert sampler.mixture() == pytest.approx({"base": 0.0, "ckpt-1": 1 / 3, "ckpt-2": 1 / 3, "ckpt-3": 1 / 3}, abs=1e-9)
+    reg.add_checkpoint(Checkpoint(uid="ckpt-4", version=4, path="/c/4"), reg.get("base").ref)
+    sampler.sample(ENV, reg.current, 1, reg, random.Random(0))
+    assert "ckpt-4" not in sampler.mixture()  # not computed yet
+    for other in ("base", "ckpt-1", "ckpt-2", "ckpt-3"):
+        reg.record_payoff("ckpt-4", other, 1.0)  # it beats everyone
+    sampler.sample(ENV, reg.current, 1, reg, random.Random(0))
+    assert sampler.mixture()["ckpt-4"] == pytest.approx(1.0)
+
+
 def test_psro_state_round_trips_and_continues_the_same_draws():
     reg = population(3)
     play(reg, "ckpt-1", "ckpt-2", wins_a=5, wins_b=5)
@@ -275,7 +296,22 @@ def test_a_runs_population_plays_as_one_model_drawing_a_checkpoint_per_game(tmp_
     within_4_se(counts, len(played), {0: 0.1, 2: 0.6, 4: 0.3})
 
 
-def test_a_mixture_the_run_does_not_have_is_refused_naming_the_run(tmp_path, cli_run=None):
+def test_exact_payoffs_need_an_exact_game_and_a_scoring_backend(tmp_path):
+    """psro's payoff = "exact" on the toy game (its provider computes no exact figures, its
+    backend scores no completions): one line a problem from the config check, naming the sampler."""
+    import unstable_core
+    from unstable_core import ConfigError
+    from unstable_core.testing import toy_config, toy_plugin
+
+    system = unstable_core.load_plugins(entry_points=False, extra=[("toy", toy_plugin), ("population", plugin)])
+    with pytest.raises(ConfigError) as caught:
+        unstable_core.build(toy_config(model_sampler={"name": "psro", "payoff": "exact"}), run_dir=tmp_path / "r", plugins=system)
+    text = str(caught.value)
+    assert "model_sampler (psro) reads exact payoffs between checkpoints: env provider 'toy' of PickBest-v0 computes none" in text
+    assert "inference 'tabular' scores no completions" in text
+
+
+def test_a_mixture_the_run_does_not_have_is_refused_naming_the_run(tmp_path):
     """A run whose sampler keeps no meta mixture (`mirror`), or a folder that is no run: one line
     from the config check, naming the model and what is missing, before any game."""
     import unstable_core

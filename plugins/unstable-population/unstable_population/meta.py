@@ -10,13 +10,14 @@ from typing import Any
 def payoff_matrix(uids: Sequence[str], registry: Any, payoff: str = "reward") -> list[list[float]]:
     """Row uid's payoff against column uid over the games the two played: its mean reward
     (``payoff="reward"``: the game's own score, chips in poker) or its mean result (``"outcome"``:
-    +1 a win, -1 a loss, 0 a draw); 0 where they played none (and on the diagonal)."""
+    +1 a win, -1 a loss, 0 a draw) or its exact expected reward (``"exact"``, when the run
+    computed it); 0 where they played none (and on the diagonal)."""
     return [[pair_payoff(a, b, registry, payoff) if a != b else 0.0 for b in uids] for a in uids]
 
 
 def pair_payoff(a: str, b: str, registry: Any, payoff: str) -> float:
-    if payoff == "reward":
-        mean = registry.mean_reward(a, b)
+    if payoff in ("reward", "exact"):
+        mean = registry.exact_payoff(a, b) if payoff == "exact" else registry.mean_reward(a, b)
         return 0.0 if mean is None else float(mean)
     wins, draws, losses = registry.head_to_head(a, b)
     games = wins + draws + losses

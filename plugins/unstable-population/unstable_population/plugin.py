@@ -14,7 +14,8 @@ def unstable_model_samplers() -> list[ModelSamplerSpec]:
         ModelSamplerSpec(name="fictitious", summary="Fictitious self-play: opponents from every checkpoint so far",
                          config=FictitiousOptions, factory=lambda o, ctx: FictitiousSampler(o)),
         ModelSamplerSpec(name="psro", summary="PSRO: opponents from the Nash mixture of the checkpoints' meta-game",
-                         config=PSROOptions, factory=lambda o, ctx: PSROSampler(o)),
+                         config=PSROOptions, factory=lambda o, ctx: PSROSampler(o),
+                         exact_payoffs=lambda o: o.payoff == "exact"),
     ]
 
 

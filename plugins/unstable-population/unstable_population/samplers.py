@@ -64,9 +64,11 @@ class PSROOptions(BaseModel):
     fixed_prob: float = Field(0.0, ge=0, le=1, description="Probability that a seat gets a fixed opponent instead.")
     resolve_every: int = Field(200, ge=1, description="Games recorded (by the whole population) between two solutions of the meta-game.")
     entry_games: int = Field(50, ge=0, description="Games a checkpoint must have played before it enters the meta-game.")
-    payoff: Literal["reward", "outcome"] = Field(
-        "reward", description="The meta-game's payoff of a pair: 'reward', the row's mean reward against the column (the game's "
-        "score: chips in poker); 'outcome', its mean result (+1 a win, -1 a loss)."
+    payoff: Literal["reward", "outcome", "exact"] = Field(
+        "reward", description="The meta-game's payoff of a pair: 'reward', the row's mean reward against the column in the "
+        "games they played (the game's score: chips in poker); 'outcome', its mean result (+1 a win, -1 a loss); 'exact', "
+        "its exact expected reward, computed by the run for every pair of checkpoints (an exact game: openspiel; then "
+        "every checkpoint enters once computed, and the meta-game is re-solved when one does, not every resolve_every games)."
     )
     explore: float = Field(
         0.1, ge=0, le=1, description="Probability that a seat gets a checkpoint not yet in the meta-game (so that it plays its entry games)."
@@ -84,17 +86,30 @@ class PSROSampler:
         """The meta-game's Nash mixture: uid -> probability."""
         return dict(zip(self.members, self.weights, strict=True))
 
-    def solve(self, registry: Any, anchor: ModelRef) -> None:
-        o = self.options
+    def candidates(self, registry: Any, anchor: ModelRef) -> list[str]:
+        """The checkpoints the meta-game is played among: those with entry_games games, or with
+        exact payoffs, those whose payoffs the run has computed (every pair among them has one)."""
         pool = registry.checkpoints() or [anchor]
-        members = [r.uid for r in pool if registry.get(r.uid).games >= o.entry_games] or [pool[0].uid]
+        first = pool[0].uid
+        if self.options.payoff == "exact":
+            return [first] + [r.uid for r in pool[1:] if registry.exact_payoff(r.uid, first) is not None]
+        return [r.uid for r in pool if registry.get(r.uid).games >= self.options.entry_games] or [first]
+
+    def solve(self, registry: Any, anchor: ModelRef) -> None:
+        members = self.candidates(registry, anchor)
         self.members = members
-        self.weights = nash_mixture(payoff_matrix(members, registry, o.payoff)) if len(members) > 1 else [1.0]
+        self.weights = nash_mixture(payoff_matrix(members, registry, self.options.payoff)) if len(members) > 1 else [1.0]
         self.solved_at = total_games(registry)
 
+    def stale(self, registry: Any, anchor: ModelRef) -> bool:
+        if self.solved_at is None or any(uid not in registry.entries for uid in self.members):
+            return True
+        if self.options.payoff == "exact":  # exact payoffs change only when a checkpoint's are computed
+            return self.candidates(registry, anchor) != self.members
+        return total_games(registry) - self.solved_at >= self.options.resolve_every
+
     def sample(self, env: EnvSpec, anchor: ModelRef, num_seats: int, registry: Any, rng: random.Random) -> list[ModelRef]:
-        if self.solved_at is None or total_games(registry) - self.solved_at >= self.options.resolve_every \
-                or any(uid not in registry.entries for uid in self.members):
+        if self.stale(registry, anchor):
             self.solve(registry, anchor)
         newcomers = [r for r in registry.checkpoints() if r.uid not in self.members]
         out = []

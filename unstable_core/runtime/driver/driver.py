@@ -195,7 +195,11 @@ class Driver:
         self.state.checkpoints.append(ckpt)
         for rollout in run.roles.rollouts:
             await rollout.set_policy(ckpt)
-        await run.roles.league.add_checkpoint(ckpt)
+        ref = await run.roles.league.add_checkpoint(ckpt)
+        if await run.roles.league.wants_payoffs():  # the sampler reads the new checkpoint's exact payoffs against every earlier one
+            others = [r for r in await run.roles.league.population() if r.uid != ref.uid]
+            values = await run.roles.rollouts[0].expected_payoffs(ref, others, run.cfg.train_envs)
+            await run.roles.league.record_payoffs(ref.uid, {r.uid: v for r, v in zip(others, values, strict=True)})
         run.out.write_json("registry.json", await run.roles.league.snapshot())
         run.system.call_lifecycle("unstable_checkpoint_saved", ctx=CheckpointContext(run_dir=run.run_dir, checkpoint=ckpt))
 

@@ -39,6 +39,8 @@ class League:
             self.registry.add(self.base_ref, current=True)
         self.env_sampler = builder.build("env_sampler")
         self.model_sampler = builder.build("model_sampler")
+        sampler = builder.spec("model_sampler")  # does it read exact payoffs between checkpoints?
+        self.exact_payoffs = bool(sampler.exact_payoffs is not None and sampler.exact_payoffs(builder.options("model_sampler")))
         self.rater = builder.build("rater")
         self.labels = {key: builder.label(key) for key in ("env_sampler", "model_sampler", "rater")}
         self.listeners = builder.listeners
@@ -181,6 +183,19 @@ class League:
         if self.listeners.wants("unstable_checkpoint_saved"):
             self.listeners.emit("unstable_checkpoint_saved", CheckpointContext(run_dir=self.run_dir, checkpoint=checkpoint))
         return ref
+
+    async def population(self) -> list[ModelRef]:
+        """The base model and every checkpoint, oldest first."""
+        return self.registry.checkpoints()
+
+    async def wants_payoffs(self) -> bool:
+        """The model sampler reads exact payoffs between checkpoints (``ModelSamplerSpec.exact_payoffs``)."""
+        return self.exact_payoffs
+
+    async def record_payoffs(self, uid: str, payoffs: dict[str, float]) -> None:
+        """``uid``'s exact expected reward against each of the others (``exact_payoffs``)."""
+        for other, value in payoffs.items():
+            self.registry.record_payoff(uid, other, value)
 
     async def current(self) -> ModelRef | None:
         return self.registry.current

@@ -68,6 +68,8 @@ class ModelRegistry:
         self.current_uid: str | None = None
         #: (uid_a, uid_b) with uid_a < uid_b -> head-to-head counts
         self.pairs: dict[tuple[str, str], PairStats] = {}
+        #: (uid_a, uid_b) with uid_a < uid_b -> a's exact expected reward against b (when computed)
+        self.payoffs: dict[tuple[str, str], float] = {}
         self._fixed: list[ModelRef] | None = None
 
     # -- membership ---------------------------------------------------------------------------
@@ -183,6 +185,15 @@ class ModelRegistry:
             return None
         return (pair.reward_a if a < b else pair.reward_b) / pair.games
 
+    def record_payoff(self, a: str, b: str, value: float) -> None:
+        """a's exact expected reward against b (b's is its negative in a zero-sum game)."""
+        self.payoffs[self.pair_key(a, b)] = value if a < b else -value
+
+    def exact_payoff(self, a: str, b: str) -> float | None:
+        """a's exact expected reward against b, when the run computed it (None otherwise)."""
+        value = self.payoffs.get(self.pair_key(a, b))
+        return None if value is None else value if a < b else -value
+
     # -- snapshot -------------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
         return {
@@ -200,6 +211,7 @@ class ModelRegistry:
             "entries": [{**{k: v for k, v in e.__dict__.items() if k != "ref"}, "ref": e.ref.model_dump(mode="json")}
                         for e in self.entries.values()],
             "pairs": [[a, b, p.games, p.draws, p.wins_a, p.wins_b, p.reward_a, p.reward_b] for (a, b), p in self.pairs.items()],
+            "payoffs": [[a, b, v] for (a, b), v in self.payoffs.items()],
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -210,6 +222,7 @@ class ModelRegistry:
         self.current_uid = state["current"]
         # a snapshot of 0.x before the reward sums holds six values a pair
         self.pairs = {(a, b): PairStats(*counts) for a, b, *counts in state["pairs"]}
+        self.payoffs = {(a, b): float(v) for a, b, v in state.get("payoffs", [])}
         self._fixed = None
 
     def write(self, path: str | os.PathLike[str]) -> None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...config import env_provider_of
 from ...errors import PluginError, RunFailed
-from ...protocols import ActionProbabilities, MixtureMetrics, PolicyMetrics
+from ...protocols import ActionProbabilities, ExactPayoffs, MixtureMetrics, PolicyMetrics
 from ...types import Checkpoint, EnvSpec, GameResult, GameSpec, GenerationRequest, ModelRef
 from ..building import Builder, guarded
 from ..game.eager import eager
@@ -149,6 +149,20 @@ class Rollout:
         metrics = await asyncio.to_thread(guarded, self.provider_label(env), "mixture_metrics", provider.mixture_metrics,
                                           env, scored)
         return {str(k): float(v) for k, v in dict(metrics).items()}
+
+    async def expected_payoffs(self, row: ModelRef, columns: list[ModelRef], envs: list[EnvSpec]) -> list[float]:
+        """``row``'s exact expected reward against each of ``columns``, the mean over ``envs``
+        (a model sampler's ``exact_payoffs``; the config check made sure their providers offer
+        them). Computed in a worker thread: games go on."""
+        totals = [0.0] * len(columns)
+        for env in envs:
+            provider = self.metrics_provider(env, [row, *columns])
+            if not isinstance(provider, ExactPayoffs):
+                raise PluginError(f"{self.provider_label(env)} offers no expected_payoffs() (the ExactPayoffs protocol)")
+            found = await asyncio.to_thread(guarded, self.provider_label(env), "expected_payoffs", provider.expected_payoffs, env,
+                                            self.action_probabilities(row, env), [self.action_probabilities(c, env) for c in columns])
+            totals = [t + float(v) for t, v in zip(totals, found, strict=True)]
+        return [t / max(len(envs), 1) for t in totals]
 
     def provider_label(self, env: EnvSpec) -> str:
         name = env_provider_of(env.env_id, self.default_env)
