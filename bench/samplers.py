@@ -1,8 +1,9 @@
 """Which opponent sampler makes the tiny model's policy least exploitable: seeds x samplers on an
 OpenSpiel game, exploitability by OpenSpiel at each evaluation and of the population's mixture.
 
-    python bench/samplers.py [--quick] [--seeds 3] [--steps 80] [--samplers mirror random fictitious psro]
+    python bench/samplers.py [--quick] [--seeds 3] [--steps 80] [--samplers mirror random fictitious psro psro-exact]
                              [--config examples/openspiel-kuhn-tiny.toml] [--set key=value ...] [--out DIR]
+    python bench/samplers.py --from DIR      # the table of runs kept with --out
 
 Each run is the config (default: the main job's recipe on openspiel/kuhn_poker) with the sampler
 swapped in, `collection.eval_policy_metrics` on and an evaluation every `--steps / 4` updates.
@@ -19,7 +20,6 @@ import argparse
 import json
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import unstable_core
@@ -40,10 +40,14 @@ def run_one(config: str, sampler: str, seed: int, steps: int, games: int, extra:
                  f"training.learning_steps={steps}", f"training.eval_every={max(1, steps // 4)}",
                  "collection.eval_policy_metrics=true", 'collection.eval_mixtures=["uniform", "meta"]',
                  f"collection.eval_games={games}", 'trackers=[{name="jsonl"}]', *extra]
-    began = time.perf_counter()
     unstable_core.run(config, run_dir=run_dir, overrides=overrides)
-    wall = time.perf_counter() - began
+    return read_run(run_dir)
+
+
+def read_run(run_dir: Path) -> dict:
+    """A run's exploitability curves (latest, uniform, meta), training games and wall time, from its metrics.jsonl."""
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    wall = max(r.get("time", 0.0) for r in records)
     env = records[0]["config"]["train_envs"][0]["env_id"]
     evals = {r["step"]: r for r in records if r["type"] == "eval" and "exploitability" in r["policy"]}
     trained = {r["step"]: sum(t["games"] for t in r["envs"].get("train", {}).values()) for r in records if r["type"] == "summary"}
@@ -68,15 +72,24 @@ def main() -> None:
     parser.add_argument("--set", dest="extra", action="append", default=[], help="more config overrides")
     parser.add_argument("--out", type=Path, default=None, help="keep the runs here (SAMPLER-SEED); default: a temporary folder")
     parser.add_argument("--quick", action="store_true", help="one seed, 20 updates, 100-game evaluations")
+    parser.add_argument("--from", dest="read", type=Path, default=None,
+                        help="run nothing: the table of the runs already in this folder (SAMPLER-SEED, as --out keeps them)")
     args = parser.parse_args()
     if args.quick:
         args.seeds, args.steps, args.games = 1, 20, 100
     results: dict[str, list[dict]] = {}
-    with tempfile.TemporaryDirectory() as scratch:
-        root = args.out or Path(scratch)
-        for sampler in args.samplers:
-            results[sampler] = [run_one(args.config, sampler, seed, args.steps, args.games, args.extra, root)
-                                for seed in range(args.seeds)]
+    if args.read is not None:
+        for run_dir in sorted(args.read.iterdir()):
+            sampler, _, seed = run_dir.name.rpartition("-")
+            if sampler in SAMPLERS and seed.isdigit() and (run_dir / "metrics.jsonl").is_file():
+                results.setdefault(sampler, []).append(read_run(run_dir))
+        args.seeds = max(map(len, results.values()))
+    else:
+        with tempfile.TemporaryDirectory() as scratch:
+            root = args.out or Path(scratch)
+            for sampler in args.samplers:
+                results[sampler] = [run_one(args.config, sampler, seed, args.steps, args.games, args.extra, root)
+                                    for seed in range(args.seeds)]
     steps = sorted(set.intersection(*(set(r["curves"]["latest"]) for rs in results.values() for r in rs)))
     print(f"{'sampler':<11}{'policy':<9}" + "".join(f"{'update ' + str(s):>28}" for s in steps) + f"{'wall s':>9}")
     final = {}
@@ -85,9 +98,11 @@ def main() -> None:
         print(f"{sampler:<11}{'games':<9}" + "".join(f"{g:>28,.0f}" for g in games) + f"{statistics.fmean(r['wall'] for r in runs):>9.0f}")
         ends = []
         for name in ("latest", "uniform", "meta"):
-            if all(s in r["curves"][name] for r in runs for s in steps):
-                print(f"{'':<11}{name:<9}" + "".join(f"{spread([r['curves'][name][s] for r in runs]):>28}" for s in steps))
-                ends.append(statistics.fmean(r["curves"][name][steps[-1]] for r in runs))
+            if any(r["curves"][name] for r in runs):  # psro's meta mixture exists once it has solved its meta-game
+                cells = [spread([r["curves"][name][s] for r in runs if s in r["curves"][name]]) for s in steps]
+                print(f"{'':<11}{name:<9}" + "".join(f"{c:>28}" for c in cells))
+                last = [r["curves"][name][steps[-1]] for r in runs if steps[-1] in r["curves"][name]]
+                ends += [statistics.fmean(last)] if len(last) == len(runs) else []
         final[sampler] = min(ends)
     best = min(final, key=final.__getitem__)
     mirror = statistics.fmean(r["curves"]["latest"][steps[-1]] for r in results["mirror"]) if "mirror" in results else float("nan")

@@ -116,6 +116,7 @@ def test_runs_grouped_by_sampler_are_averaged_within_their_group_with_their_mixt
     metrics = [read_metrics(r) for r in runs]
     assert [config_value(m, "model_sampler.name") for m in metrics] == ["mirror", "mirror", "psro", "psro"]
     assert config_value(metrics[0], "seed") == "0" and config_value(metrics[0], "learner.lr") == "-"
+    assert config_value(metrics[0], "model_sampler.name, learner.lr, seed") == "mirror/0"
     drawn = curves(metrics, [config_value(m, "model_sampler.name") for m in metrics])["exploitability"]
     assert sorted(drawn) == ["mirror: openspiel/kuhn_poker", "mirror: openspiel/kuhn_poker uniform mixture",
                              "psro: openspiel/kuhn_poker", "psro: openspiel/kuhn_poker uniform mixture"]

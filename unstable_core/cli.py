@@ -167,7 +167,7 @@ def finite(value: float, name: str) -> float:
               help="A reference line on the exploitability panel, e.g. uniform=0.4583 (repeatable).")
 @click.option("--group-by", "group_by", default=None, metavar="KEY",
               help="Average the runs within each value of this config key only, e.g. model_sampler.name "
-              "(one curve and band per sampler).")
+              "(one curve and band per sampler); several keys comma-separated.")
 def plot(run_dirs: tuple[str, ...], out: str | None, ceiling: float | None, references: tuple[str, ...],
          group_by: str | None) -> None:
     """Plot evaluation curves (win and invalid-move rates per env and opponent, exploitability

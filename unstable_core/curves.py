@@ -140,12 +140,18 @@ def curves(runs: list[list[dict]], groups: list[str] | None = None) -> dict[str,
 
 def config_value(records: list[dict], key: str) -> str:
     """The value of a dotted config key (``model_sampler.name``) in a run's start record, as
-    text; "-" when the run's config has no such key."""
+    text; "-" when the run's config has no such key. Several keys, comma-separated
+    (``model_sampler.name,model_sampler.payoff``), give their values joined by "/", those a run
+    lacks left out."""
     start = next((r for r in records if r.get("type") == "start"), {})
-    value: Any = start.get("config")
-    for part in key.split("."):
-        value = value.get(part) if isinstance(value, dict) else None
-    return "-" if value is None else value if isinstance(value, str) else json.dumps(value)
+    values = []
+    for one in key.split(","):
+        value: Any = start.get("config")
+        for part in one.strip().split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if value is not None:
+            values.append(value if isinstance(value, str) else json.dumps(value))
+    return "/".join(values) or "-"
 
 
 RATE_PANELS = ("win rate", "invalid-move rate")

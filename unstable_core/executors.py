@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -88,7 +88,7 @@ class LeagueHandle(StatefulRole, Protocol):
         """``uid``'s exact expected reward against each of the others (a sampler's ``exact_payoffs``)."""
         ...
 
-    async def mixtures(self, names: list[str]) -> dict[str, list[tuple[ModelRef, float]]]:
+    async def mixtures(self, names: Sequence[str]) -> dict[str, list[tuple[ModelRef, float]]]:
         """The population's mixtures by name ('uniform': every checkpoint alike; 'meta': the model
         sampler's, when it keeps one) as (model, weight) lists."""
         ...

@@ -209,3 +209,7 @@ def test_psro_on_exact_payoffs_reads_what_the_checkpoints_win_against_each_other
     assert uids[:2] == ["base", "ckpt-2"] and set(uids) <= {"base", "ckpt-2", "ckpt-4"}
     matrix = [[0.0 if a == b else (recorded[(a, b)] if (a, b) in recorded else -recorded[(b, a)]) for b in uids] for a in uids]
     assert [mixture[uid] for uid in uids] == pytest.approx(nash_mixture(matrix), abs=1e-6)
+    from unstable_openspiel.exploit import mixture_exploitability  # `unstable exploitability RUN --mixture meta` reads it
+
+    meta = mixture_exploitability(str(run), KUHN, "meta")
+    assert meta.members == pytest.approx({uid: w for uid, w in mixture.items() if w > 0}) and 0.0 < meta.exploitability < 1.0

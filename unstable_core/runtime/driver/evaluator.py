@@ -90,7 +90,7 @@ class Evaluator:
         model, specs = await league.eval_specs(step)
         if model is None or not specs:
             return None
-        mixtures = await league.mixtures(list[str](c.eval_mixtures)) if c.eval_mixtures else {}
+        mixtures = await league.mixtures(c.eval_mixtures) if c.eval_mixtures else {}
         round = EvalRound(step, specs, OutcomeAggregator(anchor=model.uid), model, mixtures)
         self.rounds.append(round)
         return round

@@ -9,6 +9,7 @@ subscribed to lifecycle events (the curriculum sampler) get ``unstable_game_end`
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...basemodel import trusted
@@ -203,7 +204,7 @@ class League:
     async def fixed(self) -> list[ModelRef]:
         return self.registry.fixed()
 
-    async def mixtures(self, names: list[str]) -> dict[str, list[tuple[ModelRef, float]]]:
+    async def mixtures(self, names: Sequence[str]) -> dict[str, list[tuple[ModelRef, float]]]:
         """The population's mixtures (``collection.eval_mixtures``) as (model, weight) lists:
         'uniform', every checkpoint alike (the base model included); 'meta', the mixture the
         model sampler targets (``PopulationMixture``), when it keeps one."""

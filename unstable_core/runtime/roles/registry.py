@@ -220,7 +220,7 @@ class ModelRegistry:
             entry = ModelEntry(**{**e, "ref": ModelRef.model_validate(e["ref"])})
             self.entries[entry.ref.uid] = entry
         self.current_uid = state["current"]
-        # a snapshot of 0.x before the reward sums holds six values a pair
+        # a snapshot written before the reward sums holds six values a pair
         self.pairs = {(a, b): PairStats(*counts) for a, b, *counts in state["pairs"]}
         self.payoffs = {(a, b): float(v) for a, b, v in state.get("payoffs", [])}
         self._fixed = None
