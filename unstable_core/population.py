@@ -79,7 +79,8 @@ def meta_weights(run_dir: Path) -> dict[str, float]:
         raise UnstableError(f"{run_dir}: unreadable registry.json ({exc})") from None
     mixture = registry.get("mixture") if isinstance(registry, dict) else None
     if not isinstance(mixture, dict) or not mixture:
-        raise UnstableError(f"{run_dir}: its model sampler keeps no meta mixture (psro does); use the uniform mixture")
+        raise UnstableError(f"{run_dir}: registry.json holds no meta mixture (a model sampler that targets one, psro, writes it there); "
+                            "use the uniform mixture")
     try:
         weights = {str(uid): float(w) for uid, w in mixture.items() if float(w) > 0}
     except (TypeError, ValueError):

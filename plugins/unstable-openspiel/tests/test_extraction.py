@@ -134,7 +134,7 @@ def test_a_trained_checkpoints_extracted_policy_is_the_one_it_plays(tiny, tmp_pa
     assert mixtures[6]["uniform"]["exploitability"] == pytest.approx(mixed.exploitability, abs=1e-9)
     assert mixtures[0]["uniform"]["members"] == 1
     assert mixtures[0]["uniform"]["exploitability"] == pytest.approx(evals[0]["exploitability"], abs=1e-9)
-    with pytest.raises(UnstableError, match="keeps no meta mixture"):
+    with pytest.raises(UnstableError, match="registry.json holds no meta mixture"):
         mixture_exploitability(str(tmp_path / "run"), KUHN, "meta")  # the run's sampler is `mirror`
 
 

@@ -321,7 +321,7 @@ def test_a_mixture_the_run_does_not_have_is_refused_naming_the_run(tmp_path):
     system = unstable_core.load_plugins(entry_points=False, extra=[("toy", toy_plugin), ("population", plugin)])
     cfg = toy_config(training={"learning_steps": 2, "batch_size": 16, "save_every": 1, "eval_every": 0}, trackers=[])
     unstable_core.run(cfg, run_dir=tmp_path / "mirror", plugins=system)
-    for model, mixture, message in ((tmp_path / "mirror", "meta", "keeps no meta mixture"),
+    for model, mixture, message in ((tmp_path / "mirror", "meta", "registry.json holds no meta mixture"),
                                     (tmp_path / "nowhere", "uniform", "a run directory with checkpoints")):
         bad = {"name": "bad", "env": {"name": "toy"}, "train_envs": [{"env_id": "PickBest-v0", "num_players": 2}],
                "opponents": [{"uid": "mix", "backend": "mixture", "model": str(model), "options": {"mixture": mixture}}, "random-valid"],
