@@ -48,6 +48,13 @@ def test_the_meta_solver_gives_the_known_nash_mixtures():
     assert nash_mixture([[0.0]]) == [1.0]
 
 
+def test_a_floor_keeps_every_row_in_the_mixture_at_its_best_under_the_floor():
+    # row 0 dominates; with floor 0.5 each of the 2 rows has at least 0.25: row 0 gets the rest
+    assert nash_mixture([[1, 2], [0, 3]], floor=0.5) == pytest.approx([0.75, 0.25], abs=1e-9)
+    assert nash_mixture([[1, 2], [0, 3]], floor=1.0) == pytest.approx([0.5, 0.5], abs=1e-9)  # uniform
+    assert nash_mixture([[3, -1], [-2, 1]], floor=0.5) == pytest.approx([3 / 7, 4 / 7], abs=1e-9)  # above it already
+
+
 def test_the_payoff_matrix_is_each_pairs_mean_result_from_the_leagues_counts():
     reg = population(2)
     play(reg, "ckpt-1", "ckpt-2", wins_a=3, wins_b=1)
@@ -115,6 +122,29 @@ def test_psro_draws_from_the_nash_mixture_of_the_population():
     assert sampler.mixture() == pytest.approx({"base": 0.0, "ckpt-1": 1 / 3, "ckpt-2": 1 / 3, "ckpt-3": 1 / 3}, abs=1e-9)
     within_4_se(counts, n, {"ckpt-1": 1 / 3, "ckpt-2": 1 / 3, "ckpt-3": 1 / 3})
     assert "base" not in counts
+
+
+def test_psro_with_spread_draws_every_member_yet_keeps_the_nash_mixture():
+    """spread = 0.4 over four members: each drawn at least 0.1 of the time. The base model gets
+    that floor and the cycle the rest alike (the only mixture whose worst column, -0.1, is the
+    average of the cycle's three columns); the meta mixture stays the Nash one."""
+    reg = population(3)
+    for a, b in (("ckpt-1", "ckpt-2"), ("ckpt-2", "ckpt-3"), ("ckpt-3", "ckpt-1")):
+        play(reg, a, b, wins_a=0, wins_b=20)
+    for v in (1, 2, 3):
+        play(reg, f"ckpt-{v}", "base", wins_a=20, wins_b=0)
+    sampler = PSROSampler(PSROOptions(entry_games=10, resolve_every=1_000_000, explore=0.0, spread=0.4))
+    rng = random.Random(5)
+    n = 9_000
+    counts: dict[str, int] = {}
+    for _ in range(n):
+        ref = sampler.sample(ENV, reg.current, 1, reg, rng)[0]
+        counts[ref.uid] = counts.get(ref.uid, 0) + 1
+    assert sampler.mixture() == pytest.approx({"base": 0.0, "ckpt-1": 1 / 3, "ckpt-2": 1 / 3, "ckpt-3": 1 / 3}, abs=1e-9)
+    within_4_se(counts, n, {"base": 0.1, "ckpt-1": 0.3, "ckpt-2": 0.3, "ckpt-3": 0.3})
+    restored = PSROSampler(PSROOptions(entry_games=10, resolve_every=1_000_000, explore=0.0, spread=0.4))
+    restored.load_state_dict(sampler.state_dict())
+    assert restored.draws == pytest.approx([0.1, 0.3, 0.3, 0.3], abs=1e-9)
 
 
 def test_psro_re_solves_every_n_games_and_lets_newcomers_in_after_their_entry_games():

@@ -24,9 +24,12 @@ def pair_payoff(a: str, b: str, registry: Any, payoff: str) -> float:
     return (wins - losses) / games if games else 0.0
 
 
-def nash_mixture(matrix: Sequence[Sequence[float]]) -> list[float]:
+def nash_mixture(matrix: Sequence[Sequence[float]], floor: float = 0.0) -> list[float]:
     """The row player's maximin mixture of the zero-sum game ``matrix`` (row's payoffs):
-    maximise v subject to sum_i x_i A[i][j] >= v for every column j, x a distribution."""
+    maximise v subject to sum_i x_i A[i][j] >= v for every column j, x a distribution.
+    With ``floor`` > 0 every x_i is at least floor / n (n rows): the best mixture under that
+    floor, the same projection as the gamma of projected replicator dynamics (Lanctot et al.
+    2017); ``floor=1`` is the uniform mixture."""
     import numpy as np
     from scipy.optimize import linprog
 
@@ -38,7 +41,7 @@ def nash_mixture(matrix: Sequence[Sequence[float]]) -> list[float]:
     a_ub = np.hstack([-a.T, np.ones((m, 1))])  # v - sum_i x_i A[i][j] <= 0
     b_ub = np.zeros(m)
     a_eq = np.hstack([np.ones((1, n)), np.zeros((1, 1))])
-    bounds = [(0, None)] * n + [(None, None)]
+    bounds = [(floor / n, None)] * n + [(None, None)]
     solved = linprog(c, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=[1.0], bounds=bounds, method="highs")
     if not solved.success:  # pragma: no cover - a bounded feasible LP always solves
         raise ValueError(f"meta-game LP failed: {solved.message}")

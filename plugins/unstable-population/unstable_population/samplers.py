@@ -8,7 +8,8 @@ recent ones; the *average* of the population is what converges.
 `psro` (Policy-Space Response Oracles, Lanctot et al. 2017): the league's results between
 checkpoints form the empirical payoff matrix of a zero-sum meta-game; its Nash mixture (a linear
 program, ``meta.py``) is re-solved every ``resolve_every`` recorded games, and opponents are drawn
-from it. A checkpoint enters the meta-game once it has played ``entry_games`` games; until then
+from it (or, with ``spread``, from the best mixture in which every member has at least spread / n
+of the draws, so that the learner never faces one fixed checkpoint). A checkpoint enters the meta-game once it has played ``entry_games`` games; until then
 it is drawn with probability ``explore`` so that it gets them.
 
 Either may mix in the fixed opponents (``fixed_prob``), as the core's `random` sampler does.
@@ -70,6 +71,11 @@ class PSROOptions(BaseModel):
         "its exact expected reward, computed by the run for every pair of checkpoints (an exact game: openspiel; then "
         "every checkpoint enters once computed, and the meta-game is re-solved when one does, not every resolve_every games)."
     )
+    spread: float = Field(
+        0.0, ge=0, le=1, description="Opponents are drawn from the best mixture of the meta-game in which each of its n "
+        "members has at least spread / n of the draws (0: the Nash mixture itself; 1: uniform, as fictitious). The "
+        "population's 'meta' mixture stays the Nash one."
+    )
     explore: float = Field(
         0.1, ge=0, le=1, description="Probability that a seat gets a checkpoint not yet in the meta-game (so that it plays its entry games)."
     )
@@ -79,7 +85,8 @@ class PSROSampler:
     def __init__(self, options: PSROOptions) -> None:
         self.options = options
         self.members: list[str] = []
-        self.weights: list[float] = []
+        self.weights: list[float] = []  # the meta-game's Nash mixture
+        self.draws: list[float] = []  # the mixture opponents are drawn from (the Nash one unless spread > 0)
         self.solved_at: int | None = None  # total games recorded at the last solution
 
     def mixture(self) -> dict[str, float]:
@@ -98,7 +105,10 @@ class PSROSampler:
     def solve(self, registry: Any, anchor: ModelRef) -> None:
         members = self.candidates(registry, anchor)
         self.members = members
-        self.weights = nash_mixture(payoff_matrix(members, registry, self.options.payoff)) if len(members) > 1 else [1.0]
+        matrix = payoff_matrix(members, registry, self.options.payoff)
+        self.weights = nash_mixture(matrix) if len(members) > 1 else [1.0]
+        spread = self.options.spread
+        self.draws = nash_mixture(matrix, floor=spread) if spread and len(members) > 1 else list(self.weights)
         self.solved_at = total_games(registry)
 
     def stale(self, registry: Any, anchor: ModelRef) -> bool:
@@ -118,15 +128,17 @@ class PSROSampler:
             if chosen is None and newcomers and rng.random() < self.options.explore:
                 chosen = rng.choice(newcomers)
             if chosen is None:
-                chosen = registry.get(rng.choices(self.members, weights=self.weights)[0]).ref
+                chosen = registry.get(rng.choices(self.members, weights=self.draws)[0]).ref
             out.append(chosen)
         return out
 
     def state_dict(self) -> dict[str, Any]:
-        return {"members": list(self.members), "weights": list(self.weights), "solved_at": self.solved_at}
+        return {"members": list(self.members), "weights": list(self.weights), "draws": list(self.draws),
+                "solved_at": self.solved_at}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.members, self.weights, self.solved_at = list(state["members"]), list(state["weights"]), state["solved_at"]
+        self.draws = list(state.get("draws", self.weights))  # a state saved before spread existed
 
 
 def total_games(registry: Any) -> int:
