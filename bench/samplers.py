@@ -2,7 +2,7 @@
 OpenSpiel game, exploitability by OpenSpiel at each evaluation and of the population's mixture.
 
     python bench/samplers.py [--quick] [--seeds 3] [--steps 80] [--samplers mirror random fictitious psro psro-exact]
-                             [--config examples/openspiel-kuhn-tiny.toml] [--set key=value ...] [--out DIR]
+                             [--config examples/openspiel-kuhn-tiny.toml] [--set key=value ...] [--out DIR] [--jobs N]
     python bench/samplers.py --from DIR      # the table of runs kept with --out
 
 Each run is the config (default: the main job's recipe on openspiel/kuhn_poker) with the sampler
@@ -11,6 +11,8 @@ The table gives, per sampler, at each evaluation (mean and min-max over seeds) t
 of the latest checkpoint, of the uniform mixture of the population so far (fictitious play's
 output) and, for psro, of its meta mixture (`collection.eval_mixtures`), with the training games
 played by then and the wall time. `--quick`: one seed, 20 updates, evaluations of 100 games.
+`--jobs N` runs N of them at once, each in its own process (a run of the tiny model keeps about
+one core busy: its games' generation is one thread), with OMP_NUM_THREADS=1 unless set.
 Needs unstable-openspiel, unstable-population, unstable-hf.
 """
 
@@ -18,8 +20,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
+import os
 import statistics
 import tempfile
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import unstable_core
@@ -71,6 +76,7 @@ def main() -> None:
     parser.add_argument("--games", type=int, default=200, help="games per evaluation")
     parser.add_argument("--set", dest="extra", action="append", default=[], help="more config overrides")
     parser.add_argument("--out", type=Path, default=None, help="keep the runs here (SAMPLER-SEED); default: a temporary folder")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at once, each in its own process")
     parser.add_argument("--quick", action="store_true", help="one seed, 20 updates, 100-game evaluations")
     parser.add_argument("--from", dest="read", type=Path, default=None,
                         help="run nothing: the table of the runs already in this folder (SAMPLER-SEED, as --out keeps them)")
@@ -87,9 +93,16 @@ def main() -> None:
     else:
         with tempfile.TemporaryDirectory() as scratch:
             root = args.out or Path(scratch)
-            for sampler in args.samplers:
-                results[sampler] = [run_one(args.config, sampler, seed, args.steps, args.games, args.extra, root)
-                                    for seed in range(args.seeds)]
+            plan = [(args.config, sampler, seed, args.steps, args.games, args.extra, root)
+                    for sampler in args.samplers for seed in range(args.seeds)]
+            if args.jobs > 1:
+                os.environ.setdefault("OMP_NUM_THREADS", "1")  # N runs share the cores: one thread each
+                with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+                    done = list(pool.map(run_one, *zip(*plan, strict=True)))
+            else:
+                done = [run_one(*job) for job in plan]
+            for (_, sampler, *_), result in zip(plan, done, strict=True):
+                results.setdefault(sampler, []).append(result)
     steps = sorted(set.intersection(*(set(r["curves"]["latest"]) for rs in results.values() for r in rs)))
     print(f"{'sampler':<11}{'policy':<9}" + "".join(f"{'update ' + str(s):>28}" for s in steps) + f"{'wall s':>9}")
     final = {}
