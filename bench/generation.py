@@ -34,7 +34,8 @@ LORA = {"rank": 16, "alpha": 32}
 
 
 async def play(backend: Any, ref: Any, template: Any, games: int, in_flight: int, seed: int) -> int:
-    """Play `games` self-play games, `in_flight` at a time; return the tokens generated."""
+    """Play `games` self-play games, `in_flight` at a time; return the tokens generated. `ref`:
+    the model of every seat, or a function (game, player) -> that seat's model."""
     import textarena as ta
 
     from unstable_core import GenerationRequest
@@ -51,7 +52,8 @@ async def play(backend: Any, ref: Any, template: Any, games: int, in_flight: int
             while not done and turn < 40:
                 pid, observation = env.get_observation()
                 prompt = template.render(observation, tokenizer=backend.tokenizer)
-                out = await backend.generate(GenerationRequest(model=ref, prompt=prompt, seed=(seed + g) * 1000 + turn))
+                model = ref(g, pid) if callable(ref) else ref
+                out = await backend.generate(GenerationRequest(model=model, prompt=prompt, seed=(seed + g) * 1000 + turn))
                 tokens += len(out.completion_token_ids)
                 action, _ = template.extract(out.text)
                 done, _ = env.step(action=action)

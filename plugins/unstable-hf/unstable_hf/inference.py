@@ -1,10 +1,11 @@
 """inference `hf`: transformers generation, batched across every game in flight.
 
 Requests queue up; a batcher task serves everything that arrived within ``batch_wait_ms`` (as
-UnstableBaselines' vLLM actor does every 20 ms) in one ``generate`` call per (base model, adapter)
-group, in a worker thread so the event loop keeps scheduling games. Several LoRA adapters stay
-resident (``max_loras``, least recently used evicted); a new checkpoint is loaded as a new adapter
-without reloading the base model. Each completion carries its prompt and completion token ids,
+UnstableBaselines' vLLM actor does every 20 ms) in one ``generate`` call per base model (its
+adapters mixed in the batch, ``mixed_adapters.py``; else one call per adapter), in a worker thread
+so the event loop keeps scheduling games. Several LoRA adapters stay resident (``max_loras``,
+least recently used evicted); a new checkpoint is loaded as a new adapter without reloading the
+base model. Each completion carries its prompt and completion token ids,
 the logprob of every completion token under the sampling distribution (temperature applied,
 top-p truncation not) and the policy version. Every request samples from its own seed, so its
 completion does not depend on the batch it was served in (``sampling.py``). A prompt prefix that
@@ -22,33 +23,15 @@ import time
 from collections import OrderedDict
 from typing import Any
 
-from pydantic import ConfigDict, Field
-
 from unstable_core import Checkpoint, Completion, GenerationRequest, ModelRef
 
 from .cache_name import cache_name
-from .options import LoraOptions, ModelLoadOptions
+from .loading import resolve_model_path
+from .mixed_adapters import BASE, generate_calls, mixed
+from .mixed_adapters import unsupported as unsupported_mix
+from .options import HFInferenceOptions
 
 log = logging.getLogger("unstable.hf")
-
-
-class HFInferenceOptions(ModelLoadOptions):
-    model_config = ConfigDict(extra="forbid")
-
-    max_tokens: int = Field(32, ge=1, description="Most tokens generated per completion.")
-    temperature: float = Field(1.0, gt=0, description="Sampling temperature.")
-    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling threshold.")
-    batch_wait_ms: float = Field(20.0, ge=0, description="How long requests gather before a batch is served.")
-    max_batch_size: int = Field(64, ge=1, description="Most prompts in one generate call.")
-    max_loras: int = Field(4, ge=1, description="Adapters kept resident at once (least recently used evicted).")
-    share_prompt_prefixes: bool = Field(
-        True,
-        description="Prefill a prompt prefix that prompts of a batch share once (cached, then continued per prompt), "
-        "not once per prompt; false: one left-padded batch.",
-    )
-    max_prompt_tokens: int | None = Field(None, ge=1, description="Keep only the last N prompt tokens (None: all).")
-    seed: int = Field(0, description="Base seed of sampling.")
-    lora: LoraOptions = Field(default_factory=LoraOptions, description="LoRA shape (must match the learner's).")
 
 
 class HFInference:
@@ -65,6 +48,7 @@ class HFInference:
         self.generated_tokens = 0
         self.prompt_tokens = 0  # tokens of the prompts served
         self.prefill_tokens = 0  # positions their prefill computed (padding included)
+        self._mixes: dict[str, bool] = {}  # model name -> whether its adapters share generate calls
         self._prefix_support: dict[int, str | None] = {}  # id(base model) -> why shared prefixes are off
         self._awake_devices: dict[str, Any] = {}  # resolved base path -> its device, while asleep
 
@@ -83,15 +67,21 @@ class HFInference:
             self._bases[path] = peft_model
         return self._bases[path]
 
-    def _activate(self, model: Any, ref: ModelRef) -> str | None:
-        """Make `ref`'s adapter active; None means the base model (adapters disabled)."""
+    def _resident(self, model: Any, ref: ModelRef) -> str | None:
+        """Load `ref`'s adapter unless resident (most recently used now); None: the base model."""
         if not ref.adapter_path:
             return None
         if ref.uid not in self._adapters:
             self._load_adapter(model, ref.uid, ref.adapter_path)
         self._adapters.move_to_end(ref.uid)
-        model.set_adapter(ref.uid)
         return ref.uid
+
+    def _activate(self, model: Any, ref: ModelRef) -> str | None:
+        """Make `ref`'s adapter active; None means the base model (adapters disabled)."""
+        adapter = self._resident(model, ref)
+        if adapter is not None:
+            model.set_adapter(adapter)
+        return adapter
 
     def prepare(self, ref: ModelRef) -> None:
         """Load the base model (and tokenizer) of `ref` now instead of at the first request."""
@@ -136,8 +126,9 @@ class HFInference:
 
     # -- generation -------------------------------------------------------------------------------
     def generate_batch(self, requests: list[GenerationRequest]) -> list[Completion]:
-        """Generate for requests that share one model ref (synchronous; used by the batcher).
-        Each request samples from its own seed (``request.seed`` xor the ``seed`` option)."""
+        """Generate for requests of one base model (synchronous; used by the batcher): of one
+        adapter, or of at most ``max_loras`` with ``mixed_adapters``. Each request samples from
+        its own seed (``request.seed`` xor the ``seed`` option)."""
         import torch
         from transformers import LogitsProcessorList
 
@@ -148,33 +139,38 @@ class HFInference:
         with self._lock:
             model = self._base(ref)
             tok = self.tokenizer
-            adapter = self._activate(model, ref)
+            names = [self._resident(model, r.model) or BASE for r in requests]
+            several = len(set(names)) > 1  # adapters mixed in this call (``mixed_adapters.py``)
+            adapter = None if several else self._activate(model, ref)
             prompts = tok([r.prompt for r in requests], add_special_tokens=False)["input_ids"]  # one batch encode
             if self.options.max_prompt_tokens:
                 prompts = [p[-self.options.max_prompt_tokens :] for p in prompts]
             device = next(model.parameters()).device
             sampler = PerRequestSampler([r.seed ^ self.options.seed for r in requests], self.options.temperature, self.options.top_p)
-            ctx = model.disable_adapter() if adapter is None else contextlib.nullcontext()
-            with torch.no_grad(), ctx:
-                inputs = prefill(model, prompts, tok.pad_token_id, device, share=self._shares_prefixes(model))
+            plain = model.disable_adapter if adapter is None and not several else contextlib.nullcontext
+            with torch.no_grad():
+                with plain():  # a mixed batch's prefill mixes its own prefix rows
+                    inputs = prefill(model, prompts, tok.pad_token_id, device, share=self._shares_prefixes(model),
+                                     adapters=names if several else None)
                 width = inputs.input_ids.shape[1]
                 self.prompt_tokens += sum(len(p) for p in prompts)
                 self.prefill_tokens += inputs.computed
-                out = model.generate(  # greedy over what the sampler left possible: its draw
-                    input_ids=inputs.input_ids,
-                    attention_mask=inputs.attention_mask,
-                    **{cache_name(): inputs.cache},
-                    logits_processor=LogitsProcessorList([sampler]),
-                    do_sample=False,
-                    temperature=None,
-                    top_p=None,
-                    top_k=None,
-                    max_new_tokens=self.options.max_tokens,
-                    return_dict_in_generate=True,
-                    output_logits=True,
-                    pad_token_id=tok.pad_token_id,
-                    eos_token_id=tok.eos_token_id,
-                )
+                with mixed(model, names) if several else plain():
+                    out = model.generate(  # greedy over what the sampler left possible: its draw
+                        input_ids=inputs.input_ids,
+                        attention_mask=inputs.attention_mask,
+                        **{cache_name(): inputs.cache},
+                        logits_processor=LogitsProcessorList([sampler]),
+                        do_sample=False,
+                        temperature=None,
+                        top_p=None,
+                        top_k=None,
+                        max_new_tokens=self.options.max_tokens,
+                        return_dict_in_generate=True,
+                        output_logits=True,
+                        pad_token_id=tok.pad_token_id,
+                        eos_token_id=tok.eos_token_id,
+                    )
             chosen = out.sequences[:, width:]
             logp = torch.stack([  # [B, T]: each generated token's logprob, computed on the model's device
                 torch.log_softmax(step.float() / self.options.temperature, dim=-1).gather(-1, chosen[:, t : t + 1])[:, 0]
@@ -250,11 +246,7 @@ class HFInference:
                     pending.append(await asyncio.wait_for(queue.get(), timeout))
                 except TimeoutError:
                     break
-            groups: OrderedDict[tuple[str, str, str | None], list[Any]] = OrderedDict()
-            for request, future in pending:
-                ref = request.model
-                groups.setdefault((ref.model, ref.uid, ref.adapter_path), []).append((request, future))
-            for group in groups.values():
+            for group in self._calls(pending):
                 live = [(r, f) for r, f in group if not f.done()]
                 if not live:
                     continue
@@ -268,6 +260,30 @@ class HFInference:
                 for (_, f), out in zip(live, outs):
                     if not f.done():
                         f.set_result(out)
+
+    def _calls(self, pending: list[Any]) -> list[list[Any]]:
+        """The (request, future) pairs of a batch cut into generate calls (``generate_calls``)."""
+        def key(pair: Any) -> tuple[str, ...]:
+            ref = pair[0].model
+            return (ref.model,) if self._mixes_adapters(ref.model) else (ref.model, ref.uid, str(ref.adapter_path))
+
+        return generate_calls(pending, key, lambda pair: pair[0].model.uid if pair[0].model.adapter_path else None,
+                              self.options.max_loras)
+
+    def _mixes_adapters(self, name: str) -> bool:
+        """Whether the base model ``name`` serves mixed-adapter batches (said once in the log if
+        it cannot; one not loaded yet does not)."""
+        if not self.options.mixed_adapters:
+            return False
+        if name not in self._mixes:
+            model = self._bases.get(resolve_model_path(name, self.options))
+            if model is None:
+                return False
+            why = unsupported_mix(model)
+            if why:
+                log.warning("hf inference: one generate call per adapter (%s)", why)
+            self._mixes[name] = why is None
+        return self._mixes[name]
 
     # -- colocation (training.colocate) ------------------------------------------------------------
     def sleep(self) -> None:

@@ -38,6 +38,29 @@ class ModelLoadOptions(BaseModel):
     cache_dir: str | None = Field(None, description="Where 'tiny:' models are built (default $UNSTABLE_CACHE or ~/.cache/unstable).")
 
 
+class HFInferenceOptions(ModelLoadOptions):
+    model_config = ConfigDict(extra="forbid")
+
+    max_tokens: int = Field(32, ge=1, description="Most tokens generated per completion.")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling threshold.")
+    batch_wait_ms: float = Field(20.0, ge=0, description="How long requests gather before a batch is served.")
+    max_batch_size: int = Field(64, ge=1, description="Most prompts in one generate call.")
+    max_loras: int = Field(4, ge=1, description="Adapters kept resident at once (least recently used evicted).")
+    mixed_adapters: bool = Field(
+        True, description="Serve the requests of several adapters of one base model in one generate call (each LoRA "
+        "layer adds every row's own adapter; at most max_loras adapters a call); false: one call per adapter."
+    )
+    share_prompt_prefixes: bool = Field(
+        True,
+        description="Prefill a prompt prefix that prompts of a batch share once (cached, then continued per prompt), "
+        "not once per prompt; false: one left-padded batch.",
+    )
+    max_prompt_tokens: int | None = Field(None, ge=1, description="Keep only the last N prompt tokens (None: all).")
+    seed: int = Field(0, description="Base seed of sampling.")
+    lora: LoraOptions = Field(default_factory=LoraOptions, description="LoRA shape (must match the learner's).")
+
+
 class LearnerOptions(ModelLoadOptions):
     """Options every learner built on ``unstable_hf.training.LoraLearner`` has; an algorithm's
     options subclass it and add their own."""

@@ -16,17 +16,22 @@ Which runs: for each candidate width of the rests, the fewest runs whose prefixe
 wider than it (greedy over the sorted prompts); the cut computing the fewest tokens (prefix rows
 x the widest prefix + prompts x the widest rest) is kept when it computes fewer than one
 left-padded batch (prompts x the longest prompt), otherwise the batch is served as before.
+
+A batch of several adapters (``mixed_adapters.py``) shares prefixes only among the prompts of one
+adapter (``adapters``): a prefix's cache holds keys and values its adapter computed.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from .cache_name import cache_name
-from .prefix import sorted_ids
+from .mixed_adapters import mixed
+from .prefix import shared_with_previous
 
 
 @dataclass
@@ -37,6 +42,7 @@ class Plan:
     row: list[int]
     cached: list[int]
     prefixes: list[list[int]]
+    groups: list[int]  # each prefix row's group (its prompts')
 
     @property
     def prefix_width(self) -> int:
@@ -73,11 +79,20 @@ def _runs(lengths: list[int], shared: list[int], rest: int) -> list[tuple[int, i
     return runs
 
 
-def plan(prompts: list[list[int]]) -> Plan | None:
+def sorted_within(prompts: list[list[int]], groups: list[int]) -> tuple[list[int], list[list[int]], list[int]]:
+    """``prefix.sorted_ids`` by group first: a prompt shares nothing with the one before it in another group."""
+    order = sorted(range(len(prompts)), key=lambda i: (groups[i], prompts[i]))
+    ids = [prompts[i] for i in order]
+    shared = shared_with_previous(ids)
+    return order, ids, [0 if k and groups[order[k]] != groups[order[k - 1]] else c for k, c in enumerate(shared)]
+
+
+def plan(prompts: list[list[int]], groups: list[int] | None = None) -> Plan | None:
     """The runs that compute the fewest tokens, or None when a left-padded batch computes no
-    more (nothing worth sharing)."""
+    more (nothing worth sharing). With ``groups``, a prefix is shared only within a group."""
     n = len(prompts)
-    order, ids, shared = sorted_ids(prompts)
+    groups = groups or [0] * n
+    order, ids, shared = sorted_within(prompts, groups)
     lengths = [len(p) for p in ids]
     best_cost, best = n * max(lengths), None
     widths = {lengths[k] - shared[k] for k in range(n)} | {lengths[k] - shared[k + 1] for k in range(n - 1)}
@@ -92,13 +107,14 @@ def plan(prompts: list[list[int]]) -> Plan | None:
             best_cost, best = cost, runs
     if best is None:
         return None
-    row, cached, prefixes = [0] * n, [0] * n, []
+    row, cached, prefixes, prefix_groups = [0] * n, [0] * n, [], []
     for i, j, p in best:
         if p:
             prefixes.append(ids[i][:p])
+            prefix_groups.append(groups[order[i]])
         for k in range(i, j):
             row[order[k]], cached[order[k]] = (len(prefixes) - 1 if p else 0), p
-    return Plan(row=row, cached=cached, prefixes=prefixes)
+    return Plan(row=row, cached=cached, prefixes=prefixes, groups=prefix_groups)
 
 
 def left_padded(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -112,10 +128,13 @@ def left_padded(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, to
     return ids, mask
 
 
-def prefill(model: Any, prompts: list[list[int]], pad_id: int, device: Any, share: bool = True) -> Prefill:
+def prefill(model: Any, prompts: list[list[int]], pad_id: int, device: Any, share: bool = True,
+            adapters: list[str] | None = None) -> Prefill:
     """The inputs of ``generate`` for ``prompts``: with their shared prefixes already forwarded
-    into a cache when ``share`` and that computes fewer tokens, else a left-padded batch."""
-    found = plan(prompts) if share else None
+    into a cache when ``share`` and that computes fewer tokens, else a left-padded batch.
+    ``adapters``: each prompt's adapter in a batch of several (``mixed_adapters.mixed``)."""
+    names = list(dict.fromkeys(adapters)) if adapters else []
+    found = plan(prompts, [names.index(a) for a in adapters] if adapters else None) if share else None
     if found is None:
         ids, mask = left_padded(prompts, pad_id)
         return Prefill(ids.to(device), mask.to(device), None, ids.numel())
@@ -124,7 +143,8 @@ def prefill(model: Any, prompts: list[list[int]], pad_id: int, device: Any, shar
     for r, p in enumerate(found.prefixes):  # right-padded: a prefix's tokens sit at their own positions
         heads[r, : len(p)] = torch.tensor(p, dtype=torch.long)
         head_mask[r, : len(p)] = 1
-    out = model(input_ids=heads.to(device), attention_mask=head_mask.to(device), use_cache=True, logits_to_keep=1)
+    with mixed(model, [names[g] for g in found.groups]) if adapters else contextlib.nullcontext():
+        out = model(input_ids=heads.to(device), attention_mask=head_mask.to(device), use_cache=True, logits_to_keep=1)
     cache = getattr(out, cache_name())
     cache.reorder_cache(torch.tensor(found.row, dtype=torch.long, device=device))
     rests, rest_mask = left_padded([p[c:] for p, c in zip(prompts, found.cached)], pad_id)

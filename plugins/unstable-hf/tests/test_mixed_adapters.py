@@ -1,0 +1,103 @@
+"""Several adapters in one generate call: every prompt gets what it gets served alone under its
+own adapter (float64: equal logprobs), a saved final norm included; the batcher cuts a batch
+into calls of at most max_loras adapters, and serves a model that cannot mix per adapter."""
+
+import asyncio
+
+import pytest
+import torch
+
+from unstable_core import GenerationRequest, ModelRef
+from unstable_hf.inference import HFInference, HFInferenceOptions
+from unstable_hf.mixed_adapters import chunks, unsupported
+from unstable_hf.shared_prefill import plan
+from unstable_hf.testing import random_lora_adapter, self_play_steps
+
+torch.set_num_threads(1)
+
+
+def backend(**kw):
+    options = {"device": "cpu", "dtype": "float64", "max_tokens": 6, "lora": {"rank": 4, "alpha": 8, "modules_to_save": ["model.norm"]}, **kw}
+    return HFInference(HFInferenceOptions(**options))
+
+
+@pytest.fixture(scope="module")
+def refs(tiny_path, tmp_path_factory):
+    """Three checkpoints (their own LoRA weights and final norm gains: 0.5, 2, 3) and the base model."""
+    root = tmp_path_factory.mktemp("adapters")
+    out = [ModelRef(uid="base", kind="base", backend="hf", model=tiny_path)]
+    for i, gain in enumerate((0.5, 2.0, 3.0)):
+        path = random_lora_adapter(tiny_path, root / f"a{i}", seed=10 + i, modules_to_save=["model.norm"], norm_scale=gain)
+        out.append(ModelRef(uid=f"ckpt-{i}", kind="checkpoint", backend="hf", model=tiny_path, adapter_path=path, version=i + 1))
+    return out
+
+
+@pytest.fixture(scope="module")
+def prompts(tiny_path):
+    from transformers import AutoTokenizer
+
+    return [s.turn.prompt for s in self_play_steps(AutoTokenizer.from_pretrained(tiny_path), n=16)]
+
+
+@pytest.mark.parametrize("share", [False, True])
+def test_a_mixed_batch_gives_each_prompt_what_its_own_adapter_gives_it_alone(refs, prompts, share):
+    requests = [GenerationRequest(model=refs[i % 4], prompt=p, seed=i) for i, p in enumerate(prompts)]
+    b = backend(share_prompt_prefixes=share)
+    mixed = b.generate_batch(requests)
+    assert b.batches == [len(requests)]  # one call
+    alone = backend(share_prompt_prefixes=share)
+    for request, out in zip(requests, mixed):
+        single = alone.generate_batch([request])[0]
+        assert out.completion_token_ids == single.completion_token_ids
+        assert out.logprobs == pytest.approx(single.logprobs, rel=0, abs=1e-10)
+    # the adapters made a difference: the same prompt under each gives four first-token logprobs
+    firsts = [backend().generate_batch([GenerationRequest(model=r, prompt=prompts[0], seed=0)])[0].logprobs[0] for r in refs]
+    assert len({round(x, 6) for x in firsts}) == 4
+
+
+def test_shared_prefixes_stay_within_an_adapter():
+    stem = list(range(1, 9))
+    prompts = [stem + [10], stem + [11], stem + [12], stem + [13]]
+    assert plan(prompts).prefixes == [stem]
+    split = plan(prompts, groups=[0, 1, 0, 1])
+    assert split.prefixes == [stem, stem] and split.groups == [0, 1]
+    assert split.row == [0, 1, 0, 1]
+
+
+def test_calls_hold_at_most_max_loras_adapters():
+    items = ["a", None, "b", "a", "c", None, "c", "d", "a"]
+    assert chunks(items, lambda x: x, 2) == [[None, None, "a", "a", "a", "b"], ["c", "c", "d"]]
+    assert chunks(items, lambda x: x, 4) == [[None, None, "a", "a", "a", "b", "c", "c", "d"]]
+    assert chunks([None, None], lambda x: x, 1) == [[None, None]]
+
+
+def test_the_batcher_serves_many_adapters_in_calls_of_max_loras(refs, prompts):
+    b = backend(max_loras=2, batch_wait_ms=200)
+    b.prepare(refs[0])
+    requests = [GenerationRequest(model=refs[i % 4], prompt=p, seed=i) for i, p in enumerate(prompts[:12])]
+
+    async def all_at_once():
+        return await asyncio.gather(*(b.generate(r) for r in requests))
+
+    outs = asyncio.run(all_at_once())
+    assert sum(b.batches) == 12 and len(b.batches) == 2  # base + 2 adapters, then the third
+    assert len(b._adapters) <= 2
+    alone = backend()
+    for request, out in zip(requests, outs):
+        assert out.logprobs == pytest.approx(alone.generate_batch([request])[0].logprobs, rel=0, abs=1e-10)
+
+
+def test_a_model_that_cannot_mix_is_served_one_call_per_adapter(caplog, monkeypatch, refs, prompts):
+    b = backend(batch_wait_ms=200)
+    b.prepare(refs[0])
+    assert unsupported(b._bases[refs[0].model]) is None  # the tiny model's saved RMSNorm mixes
+    monkeypatch.setattr("unstable_hf.inference.unsupported_mix", lambda model: "a saved BatchNorm1d")
+    requests = [GenerationRequest(model=refs[i % 4], prompt=p, seed=i) for i, p in enumerate(prompts[:8])]
+
+    async def all_at_once():
+        return await asyncio.gather(*(b.generate(r) for r in requests))
+
+    with caplog.at_level("WARNING", logger="unstable.hf"):
+        asyncio.run(all_at_once())
+    assert "hf inference: one generate call per adapter (a saved BatchNorm1d)" in [r.getMessage() for r in caplog.records]
+    assert len(b.batches) >= 4 and max(b.batches) <= 2  # each adapter (and the base) apart
