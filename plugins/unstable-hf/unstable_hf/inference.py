@@ -3,7 +3,7 @@
 Requests queue up; a batcher task serves everything that arrived within ``batch_wait_ms`` (as
 UnstableBaselines' vLLM actor does every 20 ms) in one ``generate`` call per base model (its
 adapters mixed in the batch, ``mixed_adapters.py``; else one call per adapter), in a worker thread
-so the event loop keeps scheduling games. Several LoRA adapters stay resident (``max_loras``,
+so the event loop keeps scheduling games (``batching.py``). Several LoRA adapters stay resident (``max_loras``,
 least recently used evicted); a new checkpoint is loaded as a new adapter without reloading the
 base model. Each completion carries its prompt and completion token ids,
 the logprob of every completion token under the sampling distribution (temperature applied,
@@ -15,16 +15,15 @@ continued per prompt from its cache (``shared_prefill.py``; ``share_prompt_prefi
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import threading
-import time
 from collections import OrderedDict
 from typing import Any
 
 from unstable_core import Checkpoint, Completion, GenerationRequest, ModelRef
 
+from .batching import RequestBatcher
 from .cache_name import cache_name
 from .loading import resolve_model_path
 from .mixed_adapters import BASE, generate_calls, mixed
@@ -40,9 +39,7 @@ class HFInference:
         self.tokenizer: Any = None
         self._bases: dict[str, Any] = {}  # resolved base path -> PeftModel
         self._adapters: OrderedDict[str, str] = OrderedDict()  # uid -> adapter path (resident)
-        self._queue: asyncio.Queue[tuple[GenerationRequest, asyncio.Future[Completion]]] | None = None
-        self._batcher: asyncio.Task[None] | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._batcher = RequestBatcher(self.generate_batch, self._calls, options.batch_wait_ms, options.max_batch_size)
         self._lock = threading.Lock()
         self.batches: list[int] = []  # sizes of served batches (for tests and benches)
         self.generated_tokens = 0
@@ -220,46 +217,7 @@ class HFInference:
                 return sequence_probabilities(model, prompt, targets, pad, o.temperature, o.top_p)
 
     async def generate(self, request: GenerationRequest) -> Completion:
-        loop = asyncio.get_running_loop()
-        if self._queue is None or self._loop is not loop:  # queue and batcher belong to one event loop
-            self._loop = loop
-            self._queue = asyncio.Queue()
-            self._batcher = None
-        if self._batcher is None or self._batcher.done():
-            self._batcher = asyncio.ensure_future(self._serve())
-        future = loop.create_future()
-        await self._queue.put((request, future))
-        return await future
-
-    async def _serve(self) -> None:
-        queue = self._queue
-        assert queue is not None
-        while True:
-            first = await queue.get()
-            pending = [first]
-            deadline = time.monotonic() + self.options.batch_wait_ms / 1000
-            while len(pending) < self.options.max_batch_size:
-                timeout = deadline - time.monotonic()
-                if timeout <= 0:
-                    break
-                try:
-                    pending.append(await asyncio.wait_for(queue.get(), timeout))
-                except TimeoutError:
-                    break
-            for group in self._calls(pending):
-                live = [(r, f) for r, f in group if not f.done()]
-                if not live:
-                    continue
-                try:
-                    outs = await asyncio.to_thread(self.generate_batch, [r for r, _ in live])
-                except Exception as exc:  # fail these games, keep serving
-                    for _, f in live:
-                        if not f.done():
-                            f.set_exception(exc)
-                    continue
-                for (_, f), out in zip(live, outs):
-                    if not f.done():
-                        f.set_result(out)
+        return await self._batcher.submit(request)
 
     def _calls(self, pending: list[Any]) -> list[list[Any]]:
         """The (request, future) pairs of a batch cut into generate calls (``generate_calls``)."""
@@ -310,6 +268,5 @@ class HFInference:
             self._awake_devices = {}
 
     def close(self) -> None:
-        if self._batcher is not None:
-            self._batcher.cancel()
+        self._batcher.close()
 

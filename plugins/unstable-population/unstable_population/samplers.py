@@ -9,8 +9,9 @@ recent ones; the *average* of the population is what converges.
 checkpoints form the empirical payoff matrix of a zero-sum meta-game; its Nash mixture (a linear
 program, ``meta.py``) is re-solved every ``resolve_every`` recorded games, and opponents are drawn
 from it (or, with ``spread``, from the best mixture in which every member has at least spread / n
-of the draws, so that the learner never faces one fixed checkpoint). A checkpoint enters the meta-game once it has played ``entry_games`` games; until then
-it is drawn with probability ``explore`` so that it gets them.
+of the draws, so that the learner never faces one fixed checkpoint). A checkpoint enters the
+meta-game once it has played ``entry_games`` games; until then it is drawn with probability
+``explore`` so that it gets them.
 
 Either may mix in the fixed opponents (``fixed_prob``), as the core's `random` sampler does.
 """
