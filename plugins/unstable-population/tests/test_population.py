@@ -86,39 +86,44 @@ def within_4_se(counts, n, expected):
         assert abs(counts.get(key, 0) / n - p) < 4 * se, (key, counts.get(key, 0) / n, p)
 
 
+def draw_counts(sampler, reg, n, seed, seats=1):
+    """How often each model is drawn in n seats (n / seats calls of ``sample``)."""
+    rng = random.Random(seed)
+    counts: dict[str, int] = {}
+    for _ in range(n // seats):
+        for ref in sampler.sample(ENV, reg.current, seats, reg, rng):
+            counts[ref.uid] = counts.get(ref.uid, 0) + 1
+    return counts
+
+
 def test_fictitious_draws_uniformly_over_the_whole_history():
     reg = population(5)  # the base model and 5 checkpoints
-    sampler = FictitiousSampler(FictitiousOptions())
-    rng = random.Random(0)
-    counts: dict[str, int] = {}
     n = 12_000
-    for _ in range(n // 2):
-        for ref in sampler.sample(ENV, reg.current, 2, reg, rng):
-            counts[ref.uid] = counts.get(ref.uid, 0) + 1
+    counts = draw_counts(FictitiousSampler(FictitiousOptions()), reg, n, seed=0, seats=2)
     within_4_se(counts, n, {uid: 1 / 6 for uid in ["base"] + [f"ckpt-{v}" for v in range(1, 6)]})
     linear = FictitiousSampler(FictitiousOptions(weighting="linear", fixed_prob=0.25))
-    counts = {}
-    for _ in range(n):
-        ref = linear.sample(ENV, reg.current, 1, reg, rng)[0]
-        counts[ref.uid] = counts.get(ref.uid, 0) + 1
+    counts = draw_counts(linear, reg, n, seed=1)
     within_4_se(counts, n, {"random-valid": 0.25, "base": 0.75 / 21, "ckpt-5": 0.75 * 6 / 21})
 
 
-def test_psro_draws_from_the_nash_mixture_of_the_population():
-    """Three checkpoints that beat each other in a cycle (rock-paper-scissors) and a base model
-    every one of them beats: the mixture is a third each, the base model never drawn."""
+def cycle_over_base():
+    """Three checkpoints that beat each other in a cycle (rock-paper-scissors), each beating the
+    base model."""
     reg = population(3)
     for a, b in (("ckpt-1", "ckpt-2"), ("ckpt-2", "ckpt-3"), ("ckpt-3", "ckpt-1")):
         play(reg, a, b, wins_a=0, wins_b=20)  # each is beaten by the next: a cycle
     for v in (1, 2, 3):
         play(reg, f"ckpt-{v}", "base", wins_a=20, wins_b=0)
+    return reg
+
+
+def test_psro_draws_from_the_nash_mixture_of_the_population():
+    """The rock-paper-scissors cycle over a base model every one of them beats: the mixture is
+    a third each, the base model never drawn."""
+    reg = cycle_over_base()
     sampler = PSROSampler(PSROOptions(entry_games=10, resolve_every=1_000_000, explore=0.0))
-    rng = random.Random(1)
     n = 9_000
-    counts: dict[str, int] = {}
-    for _ in range(n):
-        ref = sampler.sample(ENV, reg.current, 1, reg, rng)[0]
-        counts[ref.uid] = counts.get(ref.uid, 0) + 1
+    counts = draw_counts(sampler, reg, n, seed=1)
     assert sampler.mixture() == pytest.approx({"base": 0.0, "ckpt-1": 1 / 3, "ckpt-2": 1 / 3, "ckpt-3": 1 / 3}, abs=1e-9)
     within_4_se(counts, n, {"ckpt-1": 1 / 3, "ckpt-2": 1 / 3, "ckpt-3": 1 / 3})
     assert "base" not in counts
@@ -128,18 +133,10 @@ def test_psro_with_spread_draws_every_member_yet_keeps_the_nash_mixture():
     """spread = 0.4 over four members: each drawn at least 0.1 of the time. The base model gets
     that floor and the cycle the rest alike (the only mixture whose worst column, -0.1, is the
     average of the cycle's three columns); the meta mixture stays the Nash one."""
-    reg = population(3)
-    for a, b in (("ckpt-1", "ckpt-2"), ("ckpt-2", "ckpt-3"), ("ckpt-3", "ckpt-1")):
-        play(reg, a, b, wins_a=0, wins_b=20)
-    for v in (1, 2, 3):
-        play(reg, f"ckpt-{v}", "base", wins_a=20, wins_b=0)
+    reg = cycle_over_base()
     sampler = PSROSampler(PSROOptions(entry_games=10, resolve_every=1_000_000, explore=0.0, spread=0.4))
-    rng = random.Random(5)
     n = 9_000
-    counts: dict[str, int] = {}
-    for _ in range(n):
-        ref = sampler.sample(ENV, reg.current, 1, reg, rng)[0]
-        counts[ref.uid] = counts.get(ref.uid, 0) + 1
+    counts = draw_counts(sampler, reg, n, seed=5)
     assert sampler.mixture() == pytest.approx({"base": 0.0, "ckpt-1": 1 / 3, "ckpt-2": 1 / 3, "ckpt-3": 1 / 3}, abs=1e-9)
     within_4_se(counts, n, {"base": 0.1, "ckpt-1": 0.3, "ckpt-2": 0.3, "ckpt-3": 0.3})
     restored = PSROSampler(PSROOptions(entry_games=10, resolve_every=1_000_000, explore=0.0, spread=0.4))
