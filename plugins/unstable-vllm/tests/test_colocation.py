@@ -47,7 +47,7 @@ def test_without_sleep_mode_the_engine_says_so_once_and_serves_as_before(tiny_pa
             for _ in range(2):
                 backend.sleep()
                 backend.wake()
-        assert [r.getMessage() for r in caplog.records] == [NO_SLEEP]
+        assert [r.getMessage() for r in caplog.records if r.name == "unstable.vllm"] == [NO_SLEEP]  # torch may warn too
         after = asyncio.run(backend.generate(request))
         assert after.completion_token_ids == before.completion_token_ids
     finally:
