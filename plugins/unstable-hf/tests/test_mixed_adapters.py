@@ -101,3 +101,27 @@ def test_a_model_that_cannot_mix_is_served_one_call_per_adapter(caplog, monkeypa
         asyncio.run(all_at_once())
     assert "hf inference: one generate call per adapter (a saved BatchNorm1d)" in [r.getMessage() for r in caplog.records]
     assert len(b.batches) >= 4 and max(b.batches) <= 2  # each adapter (and the base) apart
+
+
+def test_a_layer_called_with_its_input_by_name_is_mixed_as_by_position(refs):
+    """The hooks read a layer's input whether the model passes it by position or by name."""
+    from peft.tuners.lora import Linear
+    from peft.utils.other import ModulesToSaveWrapper
+
+    from unstable_hf.mixed_adapters import BASE, mixed
+
+    b = backend()
+    b.generate_batch([GenerationRequest(model=r, prompt="Your card: K", seed=0) for r in refs])  # every adapter resident
+    model = b._base(refs[0])
+    layer = next(m for m in model.modules() if isinstance(m, Linear))
+    norm = next(m for m in model.modules() if isinstance(m, ModulesToSaveWrapper))
+    h = torch.randn(4, 3, layer.in_features, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    g = torch.randn(4, 3, norm.original_module.weight.shape[0], dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        with model.disable_adapter():
+            base = layer(h)
+        with mixed(model, [BASE, "ckpt-0", "ckpt-1", "ckpt-2"]):
+            by_position, by_name = layer(h), layer(x=h)
+            norm_by_position, norm_by_name = norm(g), norm(hidden_states=g)
+    assert torch.equal(by_position, by_name) and torch.equal(norm_by_position, norm_by_name)
+    assert torch.equal(by_position[0], base[0]) and not any(torch.allclose(by_position[i], base[i]) for i in (1, 2, 3))

@@ -65,11 +65,11 @@ def mixed(model: Any, names: list[str]) -> Iterator[None]:
     for layer in linear:
         present = [n for n in adapters if n in layer.lora_A]
         if present:
-            handles.append(layer.register_forward_hook(_lora_hook(layer, present, rows, len(names), torch)))
+            handles.append(layer.register_forward_hook(_lora_hook(layer, present, rows, len(names), torch), with_kwargs=True))
     for wrapper in saved:
         own = {n: r for n, r in rows.items() if n in wrapper.modules_to_save}
         if own:
-            handles.append(wrapper.register_forward_hook(_saved_hook(wrapper, own)))
+            handles.append(wrapper.register_forward_hook(_saved_hook(wrapper, own), with_kwargs=True))
     try:
         with model.disable_adapter():
             yield
@@ -89,21 +89,33 @@ def _lora_hook(layer: Any, present: list[str], rows: dict[str, list[int]], batch
         keep[rows[n], start : start + rank] = 1
         start += rank
 
-    def hook(module: Any, args: Any, out: Any) -> Any:
-        x = args[0].to(a_all.dtype)
+    def hook(module: Any, args: Any, kwargs: Any, out: Any) -> Any:
+        x = _input(args, kwargs).to(a_all.dtype)
         mask = keep[:, None, :] if x.dim() == 3 else keep
         return out + ((x @ a_all.T) * mask @ b_all.T).to(out.dtype)
 
     return hook
 
 
+def _input(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The hidden states a layer was called with: its first argument, by position or by name (a
+    LoRA layer's ``x``, or a saved module's one keyword argument)."""
+    if args:
+        return args[0]
+    if "x" in kwargs:
+        return kwargs["x"]
+    (x,) = kwargs.values()
+    return x
+
+
 def _saved_hook(wrapper: Any, rows: dict[str, list[int]]) -> Any:
     """A forward hook giving each adapter's rows its own copy of a module saved whole."""
 
-    def hook(module: Any, args: Any, out: Any) -> Any:
+    def hook(module: Any, args: Any, kwargs: Any, out: Any) -> Any:
+        x = _input(args, kwargs)
         out = out.clone()
         for n, r in rows.items():
-            out[r] = wrapper.modules_to_save[n](args[0][r])
+            out[r] = wrapper.modules_to_save[n](x[r])
         return out
 
     return hook
