@@ -3,11 +3,11 @@
 Requests queue up; a batcher task serves everything that arrived within ``batch_wait_ms`` (as
 UnstableBaselines' vLLM actor does every 20 ms) in one ``generate`` call per base model (its
 adapters mixed in the batch, ``mixed_adapters.py``; else one call per adapter), in a worker thread
-so the event loop keeps scheduling games (``batching.py``). Several LoRA adapters stay resident (``max_loras``,
-least recently used evicted); a new checkpoint is loaded as a new adapter without reloading the
-base model. Each completion carries its prompt and completion token ids,
-the logprob of every completion token under the sampling distribution (temperature applied,
-top-p truncation not) and the policy version. Every request samples from its own seed, so its
+so the event loop keeps scheduling games (``batching.py``). Several LoRA adapters stay resident
+(``max_loras``, least recently used evicted); a new checkpoint is loaded as a new adapter without
+reloading the base model. Each completion carries its prompt and completion token ids, the logprob
+of every completion token under the sampling distribution (temperature applied, top-p truncation
+not) and the policy version. Every request samples from its own seed, so its
 completion does not depend on the batch it was served in (``sampling.py``). A prompt prefix that
 prompts of a batch share (the template, the rules, the game so far) is prefilled once and
 continued per prompt from its cache (``shared_prefill.py``; ``share_prompt_prefixes``).
