@@ -81,6 +81,10 @@ def main() -> None:
     parser.add_argument("--from", dest="read", type=Path, default=None,
                         help="run nothing: the table of the runs already in this folder (SAMPLER-SEED, as --out keeps them)")
     args = parser.parse_args()
+    if args.jobs < 1:
+        parser.error(f"--jobs: at least 1 (found {args.jobs})")
+    if args.read is not None and not args.read.is_dir():
+        parser.error(f"--from: {args.read} is not a folder of kept runs (bench/samplers.py --out DIR)")
     if args.quick:
         args.seeds, args.steps, args.games = 1, 20, 100
     results: dict[str, list[dict]] = {}
@@ -89,6 +93,8 @@ def main() -> None:
             sampler, _, seed = run_dir.name.rpartition("-")
             if sampler in SAMPLERS and seed.isdigit() and (run_dir / "metrics.jsonl").is_file():
                 results.setdefault(sampler, []).append(read_run(run_dir))
+        if not results:
+            parser.error(f"--from: {args.read} holds no kept runs (SAMPLER-SEED folders with metrics.jsonl)")
         args.seeds = max(map(len, results.values()))
     else:
         with tempfile.TemporaryDirectory() as scratch:
