@@ -2,6 +2,7 @@ import asyncio
 import filecmp
 import json
 import os
+import warnings
 
 import pytest
 import torch
@@ -255,6 +256,22 @@ def test_adapters(tiny_path, tmp_path):
     lps = [asyncio.run(b.generate(GenerationRequest(model=r, prompt="hello", seed=0))).logprobs[0] for r in (refs[1], refs[2], base)]
     assert len(set(round(x, 6) for x in lps)) == 3
     assert len(b._bases) == 1  # never reloaded
+
+
+def test_evicting_the_active_adapter_is_quiet(tiny_path, tmp_path):
+    """Evicting the adapter peft has active is routine (max_loras 1: every load evicts it): peft's
+    warning about it ("... was active which is now deleted") would fill the console of a run."""
+    b = backend(max_loras=1, max_tokens=3)
+    refs = [ModelRef(uid=f"ckpt-{i}", kind="checkpoint", backend="hf", model=tiny_path, version=i + 1,
+                     adapter_path=random_lora_adapter(tiny_path, tmp_path / f"a{i}", i)) for i in range(2)]
+    first = asyncio.run(b.generate(GenerationRequest(model=refs[0], prompt="hello", seed=0)))
+    assert b._bases[tiny_path].active_adapters == ["ckpt-0"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        asyncio.run(b.generate(GenerationRequest(model=refs[1], prompt="hello", seed=0)))
+        again = asyncio.run(b.generate(GenerationRequest(model=refs[0], prompt="hello", seed=0)))
+    assert list(b._adapters) == ["ckpt-0"]
+    assert again.logprobs == pytest.approx(first.logprobs, abs=1e-6)  # reloaded, the same adapter
 
 
 def test_models_init_tiny_cli(tmp_path):

@@ -104,6 +104,8 @@ class HFInference:
         """Load an adapter under its uid, evicting the least recently used past max_loras."""
         while len(self._adapters) >= self.options.max_loras:
             old, _ = self._adapters.popitem(last=False)
+            if old in model.active_adapters:  # else peft warns, at every such eviction, that it activates another
+                model.set_adapter("default")  # the fresh adapter every base is wrapped with (loading.with_lora)
             model.delete_adapter(old)
         model.load_adapter(path, adapter_name=uid)
         self._adapters[uid] = path
