@@ -1,14 +1,16 @@
 """Many LoRA adapters in the seats of the games in flight (a population sampler's opponents): one
 generate call per base model with the adapters mixed in it, against one call per adapter.
 
-    python bench/mixed_adapters.py [--games 96] [--repeat 2] [--quick]
+    python bench/mixed_adapters.py [--games 96] [--repeat 2] [--quick] [--idle 0]
 
 The workload is bench/generation.py's (KuhnPoker-v0-train with the kuhn-tiny model, the qwen3-zs
 template, 12 tokens at most per turn, 16 games in flight), with every seat of every game played
 by one of K adapters (rank 16, the final norm saved whole as in the examples' `modules_to_save`,
 weights small enough that the games play as the base model's), K = 1, 4 and 16, drawn per game
 and seat. The two settings of the `hf` backend's `mixed_adapters` take turns, each cell the best
-of --repeat runs: generation tokens/s and generate calls per request.
+of --repeat runs: generation tokens/s and generate calls per request. `--idle N` loads N more
+adapters that play no game (a population's older checkpoints, resident with `max_loras` large):
+peft's own switching of adapters walks every resident one, the hooks of mixed adapters do not.
 
     summary: mixed_over_per_adapter_4=X mixed_over_per_adapter_16=Y
 
@@ -29,9 +31,11 @@ COUNTS = (1, 4, 16)
 
 
 def main() -> None:
-    args = parse(games_parser(__doc__, games=96, repeat=2, quick=(32, 1)))
+    parser = games_parser(__doc__, games=96, repeat=2, quick=(32, 1))
+    parser.add_argument("--idle", type=int, default=0, help="adapters resident besides those that play")
+    args = parse(parser)
 
-    from unstable_core import ModelRef, build_component, load_plugins
+    from unstable_core import Checkpoint, ModelRef, build_component, load_plugins
     from unstable_hf.inference import HFInference, HFInferenceOptions
     from unstable_hf.loading import resolve_model_path
     from unstable_hf.testing import random_lora_adapter
@@ -43,12 +47,15 @@ def main() -> None:
     refs = [ModelRef(uid=f"ckpt-{i}", kind="checkpoint", backend="hf", model=path, version=i + 1,
                      adapter_path=random_lora_adapter(path, f"{root}/a{i}", seed=i, rank=LORA["rank"], alpha=LORA["alpha"],
                                                       modules_to_save=["model.norm"], scale=0.01))
-            for i in range(max(COUNTS))]
+            for i in range(max(COUNTS) + args.idle)]
+    refs, idle = refs[: max(COUNTS)], refs[max(COUNTS) :]
     backends = {}
     for mixed in (False, True):
         b = backends[mixed] = HFInference(HFInferenceOptions(device="cpu", max_tokens=12, temperature=1.0, batch_wait_ms=10,
-                                                             max_loras=max(COUNTS), mixed_adapters=mixed, lora=lora))
+                                                             max_loras=len(refs) + len(idle), mixed_adapters=mixed, lora=lora))
         b.prepare(refs[0])
+        for ref in idle:
+            b.load_checkpoint(Checkpoint(uid=ref.uid, version=ref.version, path=str(ref.adapter_path)))
         asyncio.run(play(b, lambda g, p: refs[(g + p) % max(COUNTS)], template, 16, 16, seed=10_000))  # warm-up, every adapter loaded
 
     rows = []
@@ -70,7 +77,7 @@ def main() -> None:
     for k, (apart, apart_calls), (mixed, mixed_calls) in rows:
         print(f"{k:>8} {apart:>18.0f} {apart_calls:>10.2f} {mixed:>12.0f} {mixed_calls:>10.2f} {mixed / apart:>6.2f}")
     ratio = {k: mixed[0] / apart[0] for k, apart, mixed in rows}
-    print(f"summary: mixed_over_per_adapter_4={ratio[4]:.2f} mixed_over_per_adapter_16={ratio[16]:.2f}")
+    print(f"summary: mixed_over_per_adapter_4={ratio[4]:.2f} mixed_over_per_adapter_16={ratio[16]:.2f} idle={args.idle}")
 
 
 if __name__ == "__main__":

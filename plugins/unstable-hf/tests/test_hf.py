@@ -259,9 +259,10 @@ def test_adapters(tiny_path, tmp_path):
 
 
 def test_evicting_the_active_adapter_is_quiet(tiny_path, tmp_path):
-    """Evicting the adapter peft has active is routine (max_loras 1: every load evicts it): peft's
-    warning about it ("... was active which is now deleted") would fill the console of a run."""
-    b = backend(max_loras=1, max_tokens=3)
+    """Evicting the adapter peft has active is routine (max_loras 1: every load evicts it; one call
+    per adapter activates it): peft's warning about it ("... was active which is now deleted") would
+    fill the console of a run."""
+    b = backend(max_loras=1, max_tokens=3, mixed_adapters=False)
     refs = [ModelRef(uid=f"ckpt-{i}", kind="checkpoint", backend="hf", model=tiny_path, version=i + 1,
                      adapter_path=random_lora_adapter(tiny_path, tmp_path / f"a{i}", i)) for i in range(2)]
     first = asyncio.run(b.generate(GenerationRequest(model=refs[0], prompt="hello", seed=0)))

@@ -45,13 +45,13 @@ def test_a_mixed_batch_gives_each_prompt_what_its_own_adapter_gives_it_alone(ref
     b = backend(share_prompt_prefixes=share)
     mixed = b.generate_batch(requests)
     assert b.batches == [len(requests)]  # one call
-    alone = backend(share_prompt_prefixes=share)
+    alone = backend(share_prompt_prefixes=share, mixed_adapters=False)  # peft's own adapter, one at a time
     for request, out in zip(requests, mixed):
         single = alone.generate_batch([request])[0]
         assert out.completion_token_ids == single.completion_token_ids
         assert out.logprobs == pytest.approx(single.logprobs, rel=0, abs=1e-10)
     # the adapters made a difference: the same prompt under each gives four first-token logprobs
-    firsts = [backend().generate_batch([GenerationRequest(model=r, prompt=prompts[0], seed=0)])[0].logprobs[0] for r in refs]
+    firsts = [alone.generate_batch([GenerationRequest(model=r, prompt=prompts[0], seed=0)])[0].logprobs[0] for r in refs]
     assert len({round(x, 6) for x in firsts}) == 4
 
 
@@ -125,3 +125,38 @@ def test_a_layer_called_with_its_input_by_name_is_mixed_as_by_position(refs):
             norm_by_position, norm_by_name = norm(g), norm(hidden_states=g)
     assert torch.equal(by_position, by_name) and torch.equal(norm_by_position, norm_by_name)
     assert torch.equal(by_position[0], base[0]) and not any(torch.allclose(by_position[i], base[i]) for i in (1, 2, 3))
+
+
+def test_scoring_through_the_hooks_equals_peft_s_own_adapter(refs, prompts):
+    hooked, alone = backend(), backend(mixed_adapters=False)
+    hooked.generate_batch([GenerationRequest(model=r, prompt=prompts[1], seed=i) for i, r in enumerate(refs)])  # adapters off
+    answers = ["", "K", "[bet]", "\\boxed{[bet]}"]  # the random tiny model ends at once most often (p ~ 0.002)
+    found = []
+    for ref in refs:
+        request = GenerationRequest(model=ref, prompt=prompts[1])
+        expected = alone.completion_probabilities(request, answers)
+        assert hooked.completion_probabilities(request, answers) == pytest.approx(expected, rel=1e-9, abs=0)
+        found.append(expected)
+    assert all(p > 0 for f in found for p in f)  # float64: even the boxed answer's ~1e-17
+    assert len({round(f[0], 12) for f in found}) == len(refs)  # and the adapters score it differently
+
+
+def test_serving_never_switches_peft_s_adapters(refs, prompts, monkeypatch):
+    """peft's set_adapter and disable_adapter walk every resident adapter (tens of ms a call with
+    dozens resident): once the model is loaded, no call of a model that mixes adapters uses them."""
+    from peft import PeftModel
+    from peft.tuners.tuners_utils import BaseTuner
+
+    b = backend(max_loras=2)
+    b.generate_batch([GenerationRequest(model=refs[1], prompt=prompts[0], seed=0)])
+
+    def refused(*args, **kwargs):
+        raise AssertionError("peft's adapters switched")
+
+    for owner, name in ((PeftModel, "set_adapter"), (PeftModel, "disable_adapter"), (BaseTuner, "enable_adapter_layers"),
+                        (BaseTuner, "disable_adapter_layers")):  # (loading an adapter still sets peft's own)
+        monkeypatch.setattr(owner, name, refused)
+    served = [b.generate_batch([GenerationRequest(model=r, prompt=prompts[i], seed=i)])[0] for i, r in enumerate(refs)]  # one each
+    served.append(b.generate_batch([GenerationRequest(model=r, prompt=prompts[4], seed=4) for r in refs[2:]])[0])  # two, ckpt-0 evicted
+    b.completion_probabilities(GenerationRequest(model=refs[3], prompt=prompts[5]), ["\\boxed{[bet]}"])
+    assert all(out.completion_token_ids for out in served) and list(b._adapters) == ["ckpt-1", "ckpt-2"]

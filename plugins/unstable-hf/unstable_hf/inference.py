@@ -139,22 +139,22 @@ class HFInference:
             model = self._base(ref)
             tok = self.tokenizer
             names = [self._resident(model, r.model) or BASE for r in requests]
-            several = len(set(names)) > 1  # adapters mixed in this call (``mixed_adapters.py``)
-            adapter = None if several else self._activate(model, ref)
+            hooked = self._mixes_adapters(ref.model)  # its adapters served by forward hooks (``mixed_adapters.py``)
+            adapter = None if hooked else self._activate(model, ref)
             prompts = tok([r.prompt for r in requests], add_special_tokens=False)["input_ids"]  # one batch encode
             if self.options.max_prompt_tokens:
                 prompts = [p[-self.options.max_prompt_tokens :] for p in prompts]
             device = next(model.parameters()).device
             sampler = PerRequestSampler([r.seed ^ self.options.seed for r in requests], self.options.temperature, self.options.top_p)
-            plain = model.disable_adapter if adapter is None and not several else contextlib.nullcontext
+            plain = model.disable_adapter if adapter is None and not hooked else contextlib.nullcontext
             with torch.no_grad():
-                with plain():  # a mixed batch's prefill mixes its own prefix rows
+                with plain():  # a hooked batch's prefill adds its own prefix rows' adapters
                     inputs = prefill(model, prompts, tok.pad_token_id, device, share=self._shares_prefixes(model),
-                                     adapters=names if several else None)
+                                     adapters=names if hooked else None)
                 width = inputs.input_ids.shape[1]
                 self.prompt_tokens += sum(len(p) for p in prompts)
                 self.prefill_tokens += inputs.computed
-                with mixed(model, names) if several else plain():
+                with mixed(model, names) if hooked else plain():
                     out = model.generate(  # greedy over what the sampler left possible: its draw
                         input_ids=inputs.input_ids,
                         attention_mask=inputs.attention_mask,
@@ -209,13 +209,17 @@ class HFInference:
         with self._lock:
             model = self._base(request.model)
             tok = self.tokenizer
-            adapter = self._activate(model, request.model)
             prompt = tok(request.prompt, add_special_tokens=False)["input_ids"]
             if o.max_prompt_tokens:
                 prompt = prompt[-o.max_prompt_tokens :]
             targets = completion_targets(tok, completions, o.max_tokens)
             pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-            with model.disable_adapter() if adapter is None else contextlib.nullcontext():
+            if self._mixes_adapters(request.model.model):  # a row per target scored, its adapter by forward hooks
+                serving = mixed(model, [self._resident(model, request.model) or BASE] * sum(1 for t in targets if t))
+            else:
+                adapter = self._activate(model, request.model)
+                serving = model.disable_adapter() if adapter is None else contextlib.nullcontext()
+            with serving:
                 return sequence_probabilities(model, prompt, targets, pad, o.temperature, o.top_p)
 
     async def generate(self, request: GenerationRequest) -> Completion:
@@ -242,6 +246,8 @@ class HFInference:
             why = unsupported_mix(model)
             if why:
                 log.warning("hf inference: one generate call per adapter (%s)", why)
+            else:  # for good: no call switches peft's adapters, which walks every resident one (``mixed``)
+                model.base_model.disable_adapter_layers()
             self._mixes[name] = why is None
         return self._mixes[name]
 

@@ -3,7 +3,7 @@
 A population sampler (fictitious play, PSRO) puts many checkpoints in the seats of the games in
 flight: served one ``generate`` call per adapter, a batch of 16 prompts over 8 checkpoints is 8
 calls of 2 prompts. Here the batch is one call: the base model runs over every row (peft's
-adapters disabled), and each LoRA layer adds its rows' adapters in two products over the
+adapters disabled, for good), and each LoRA layer adds its rows' adapters in two products over the
 adapters side by side (punica's layout): ``x @ A_all.T`` (the K adapters' ranks stacked), each
 row's own block kept (a 0/1 mask; a row of the base model keeps none), ``@ (B_all * scaling).T``.
 The cost is that of one adapter of rank K x r, whatever K; no weight is copied per row. A module
@@ -55,7 +55,9 @@ def unsupported(model: Any) -> str | None:
 @contextlib.contextmanager
 def mixed(model: Any, names: list[str]) -> Iterator[None]:
     """Within: a forward of ``model`` over a batch whose row i is served by adapter ``names[i]``
-    (``BASE``: none), each adapter resident."""
+    (``BASE``: none), each adapter resident. peft's own adapters must be off
+    (``model.base_model.disable_adapter_layers()``, once: the hf backend keeps them off for good,
+    since peft's ``disable_adapter`` and ``set_adapter`` walk every resident adapter at each call)."""
     import torch
 
     linear, _, saved = _layers(model)
@@ -71,8 +73,7 @@ def mixed(model: Any, names: list[str]) -> Iterator[None]:
         if own:
             handles.append(wrapper.register_forward_hook(_saved_hook(wrapper, own), with_kwargs=True))
     try:
-        with model.disable_adapter():
-            yield
+        yield
     finally:
         for handle in handles:
             handle.remove()
