@@ -23,10 +23,13 @@ def test_run_the_tournament_example_from_python(tmp_path):
     assert (start["type"], start["mode"], start["total"], start["name"]) == ("start", "tournament", 120, "tournament")
     assert start["config"]["collection"]["tournament_games"] == 120 and any(p["name"] == "core.samplers" for p in start["plugins"])
     assert (end["type"], end["status"], end["games"]) == ("end", "completed", 120)
-    # the ratings carry the games per pair of models, as the registry counts them
+    # the ratings records carry the games per pair of models as the registry counts them (each
+    # record the pairs that played since the one before): each pair's latest is the registry's
     registry = json.loads((tmp_path / "t" / "registry.json").read_text())
-    ratings = [r for r in lines if r["type"] == "ratings"][-1]
-    assert ratings["pairs"] == registry["pairs"] and sum(p["games"] for p in ratings["pairs"]) == 120
+    ratings = [r for r in lines if r["type"] == "ratings"]
+    latest = {(p["a"], p["b"]): p for r in ratings for p in r["pairs"]}
+    assert sorted(latest.values(), key=lambda p: (p["a"], p["b"])) == registry["pairs"]
+    assert sum(p["games"] for p in registry["pairs"]) == 120
 
 
 def test_a_dict_and_a_run_config_give_the_same_run(make_plugin_system, tmp_path):
@@ -202,3 +205,37 @@ def test_a_run_result_carries_its_checkpoints_ratings_and_history_and_reads_shor
     else:
         frame = result.to_pandas()
         assert list(frame["step"]) == [r.step for r in result.eval_records] and len(result.to_pandas("train")) == 4
+
+
+def test_ratings_records_hold_the_pairs_that_played_since_the_one_before(make_plugin_system, tmp_path, monkeypatch):
+    """A ratings record (one a step in sync mode) carries only the pairs whose counts changed, with
+    their counts so far: a population of hundreds of checkpoints has tens of thousands of pairs."""
+    from unstable_core.runtime.driver.reporter import Reporter
+
+    every: list[list[dict]] = []  # the registry's whole list of pairs at each record
+    summary = Reporter.summary
+
+    async def summary_and_all_pairs(self):
+        await summary(self)
+        every.append((await self.run.roles.league.snapshot())["pairs"])
+
+    monkeypatch.setattr(Reporter, "summary", summary_and_all_pairs)
+    system = make_plugin_system(toy_plugin)
+    cfg = toy_config(training={"learning_steps": 8, "batch_size": 8, "eval_every": 4},
+                     collection={"mode": "sync", "num_train_games": 8, "num_eval_games": 8, "eval_games": 16})
+    unstable_core.run(cfg, run_dir=tmp_path / "r", plugins=system, quiet=True)
+    lines = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    ratings = [r for r in lines if r["type"] == "ratings"]
+    assert len(ratings) >= 8
+    latest: dict[tuple[str, str], dict] = {}
+    left_out = 0
+    assert len(every) == len(ratings)
+    for record, whole in zip(ratings, every):
+        counts = {key: p["games"] for key, p in latest.items()}
+        assert all(counts.get((p["a"], p["b"])) != p["games"] for p in record["pairs"])  # only what changed
+        left_out += len(counts.keys() - {(p["a"], p["b"]) for p in record["pairs"]})
+        latest.update(((p["a"], p["b"]), p) for p in record["pairs"])
+        assert sorted(latest.values(), key=lambda p: (p["a"], p["b"])) == whole  # and all that did
+    registry = json.loads((tmp_path / "r" / "registry.json").read_text())
+    assert sorted(latest.values(), key=lambda p: (p["a"], p["b"])) == registry["pairs"]
+    assert left_out > 0  # the checkpoints of earlier steps stopped playing (self-play: the latest in both seats)

@@ -128,7 +128,9 @@ class RatingsRecord(Record):
     type: Literal["ratings"] = "ratings"
     games: int
     ratings: dict[str, dict[str, float]] = Field(description="uid -> the rater's numbers (mu, sigma, score, ...).")
-    pairs: list[PairCount] = Field(default_factory=list, description="Games per pair of models (the match heatmap).")
+    pairs: list[PairCount] = Field(default_factory=list, description=(
+        "Games per pair of models (the match heatmap): the pairs whose counts changed since the previous ratings "
+        "record, with their counts so far; a reader keeps each pair's latest (registry.json holds them all)."))
 
 
 class GameRecord(Record):

@@ -42,7 +42,7 @@ class DashboardState:
         self.progress_origin: tuple[float, int] | None = None  # (time, done) when progress began
         self.evals: dict[tuple[str, str, str], dict[str, Any]] = {}  # (env, model, opponent) -> latest
         self.ratings: dict[str, dict[str, float]] = {}
-        self.pairs: list[dict[str, Any]] = []
+        self.pairs: dict[tuple[str, str], dict[str, Any]] = {}  # each pair's latest counts
         self.restarts: list[dict[str, Any]] = []  # the restart records, oldest first
 
     # -- folding records --------------------------------------------------------------------------
@@ -89,7 +89,7 @@ class DashboardState:
 
     def _on_ratings(self, r: Mapping[str, Any]) -> None:
         self.ratings = {uid: dict(v) for uid, v in r["ratings"].items()}
-        self.pairs = [dict(p) for p in r.get("pairs") or []]
+        self.pairs.update(((p["a"], p["b"]), dict(p)) for p in r.get("pairs") or [])  # the pairs that changed
 
     def _progress(self, time: float) -> None:
         if self.progress_origin is None:
@@ -161,7 +161,7 @@ class DashboardState:
     def matches(self, uids: list[str]) -> dict[tuple[str, str], int]:
         """Games played per (a, b), both orders, among ``uids``."""
         wanted, out = set(uids), {}
-        for p in self.pairs:
+        for p in self.pairs.values():
             a, b = p["a"], p["b"]
             if a in wanted and b in wanted:
                 out[(a, b)] = out[(b, a)] = int(p["games"])

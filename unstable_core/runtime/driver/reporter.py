@@ -1,5 +1,7 @@
 """The run's periodic records: a ``summary`` (counts, rates, buffer, per-env totals) with the
-league's ``ratings``, and the evaluation records as rounds report them."""
+league's ``ratings`` (the pairs of models that played since the previous one: a population of
+hundreds of checkpoints has tens of thousands of pairs), and the evaluation records as rounds
+report them."""
 
 from __future__ import annotations
 
@@ -24,8 +26,10 @@ class Reporter:
             generated_tokens=state.stats.generated_tokens, restarts=state.restarts, envs=state.stats.snapshot(),
         ))
         snapshot = await run.roles.league.snapshot()
+        changed = [p for p in snapshot["pairs"] if state.reported_pairs.get((p["a"], p["b"])) != p["games"]]
+        state.reported_pairs.update(((p["a"], p["b"]), p["games"]) for p in changed)
         run.out.log(RatingsRecord(step=state.step, time=now, games=state.games_played, ratings=snapshot["ratings"],
-                                  pairs=snapshot["pairs"]))
+                                  pairs=changed))
 
     def publish_eval(self, records: list[EvalRecord]) -> None:
         for record in records:

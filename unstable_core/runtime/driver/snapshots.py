@@ -49,6 +49,7 @@ class Snapshots:
                 "eval_records": [r.model_dump(mode="json") for r in state.eval_records],
                 "stats": state.stats.state_dict(),
                 "checkpoints": [c.model_dump(mode="json") for c in state.checkpoints],
+                "reported_pairs": [[a, b, games] for (a, b), games in state.reported_pairs.items()],
                 "eval_rounds": self.evaluator.state_dict(),  # async: rounds still playing
             },
             "league": await run.roles.league.state_dict(),
@@ -79,6 +80,8 @@ class Snapshots:
         saved_checkpoints = saved["checkpoints"] if "checkpoints" in saved else [c for c in [saved["checkpoint"]] if c is not None]
         state.checkpoints = [Checkpoint.model_validate(c) for c in saved_checkpoints]
         state.stats.load_state_dict(saved["stats"])
+        # a snapshot written before ratings records held only changed pairs: the next one holds them all
+        state.reported_pairs = {(a, b): games for a, b, games in saved.get("reported_pairs", [])}
         await roles.league.load_state_dict(full["league"])
         await roles.buffer.load_state_dict(full["buffer"])
         if roles.learner is not None:

@@ -29,6 +29,7 @@ class DriverState:
     resumed: bool = False  # went on from a snapshot
     restarts: int = 0  # roles the executor restarted in this leg of the run (not in snapshots)
     stats: CollectionStats = field(default_factory=CollectionStats)
+    reported_pairs: dict[tuple[str, str], int] = field(default_factory=dict)  # each pair's games in the ratings records so far
 
     @property
     def last_checkpoint(self) -> Checkpoint | None:
