@@ -160,3 +160,15 @@ def test_serving_never_switches_peft_s_adapters(refs, prompts, monkeypatch):
     served.append(b.generate_batch([GenerationRequest(model=r, prompt=prompts[4], seed=4) for r in refs[2:]])[0])  # two, ckpt-0 evicted
     b.completion_probabilities(GenerationRequest(model=refs[3], prompt=prompts[5]), ["\\boxed{[bet]}"])
     assert all(out.completion_token_ids for out in served) and list(b._adapters) == ["ckpt-1", "ckpt-2"]
+
+
+def test_an_adapter_that_saves_a_module_the_first_did_not_is_served_with_it(refs, prompts):
+    """The layers the hooks go on are looked up again when the resident adapters change: here the
+    backend's own LoRA saves no module, the checkpoints' save the final norm (gains 0.5, 2, 3)."""
+    lora = {"rank": 4, "alpha": 8}
+    hooked, alone = backend(lora=lora), backend(lora=lora, mixed_adapters=False)
+    request = GenerationRequest(model=refs[0], prompt=prompts[0], seed=0)
+    assert hooked.generate_batch([request])[0].logprobs == pytest.approx(alone.generate_batch([request])[0].logprobs, abs=1e-10)
+    for ref in refs[1:]:
+        request = GenerationRequest(model=ref, prompt=prompts[0], seed=0)
+        assert hooked.generate_batch([request])[0].logprobs == pytest.approx(alone.generate_batch([request])[0].logprobs, abs=1e-10)

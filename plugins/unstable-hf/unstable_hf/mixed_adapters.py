@@ -16,6 +16,7 @@ adapters (``bench/mixed_adapters.py``), and refuse a saved norm.
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,15 +29,24 @@ def _rowwise(module: Any) -> bool:
     return name in _ROWWISE or name.endswith("RMSNorm")
 
 
+_found: weakref.WeakKeyDictionary[Any, tuple[tuple[str, ...], Any]] = weakref.WeakKeyDictionary()
+
+
 def _layers(model: Any) -> tuple[list[Any], list[Any], list[Any]]:
-    """The model's LoRA linear layers, other LoRA layers, and wrappers of modules saved whole."""
+    """The model's LoRA linear layers, other LoRA layers, and wrappers of modules saved whole
+    (looked up again only when its adapters changed: the walk visits every resident adapter's modules)."""
     from peft.tuners.lora import Linear, LoraLayer
     from peft.utils.other import ModulesToSaveWrapper
 
+    adapters = tuple(model.peft_config)
+    if model in _found and _found[model][0] == adapters:
+        return _found[model][1]  # type: ignore[no-any-return]
     modules = list(model.modules())
     linear = [m for m in modules if isinstance(m, Linear)]
     other = [m for m in modules if isinstance(m, LoraLayer) and not isinstance(m, Linear)]
-    return linear, other, [m for m in modules if isinstance(m, ModulesToSaveWrapper)]
+    found = linear, other, [m for m in modules if isinstance(m, ModulesToSaveWrapper)]
+    _found[model] = (adapters, found)
+    return found
 
 
 def unsupported(model: Any) -> str | None:
