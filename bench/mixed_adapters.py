@@ -34,6 +34,8 @@ def main() -> None:
     parser = games_parser(__doc__, games=96, repeat=2, quick=(32, 1))
     parser.add_argument("--idle", type=int, default=0, help="adapters resident besides those that play")
     args = parse(parser)
+    if args.idle < 0:
+        parser.error(f"--idle: at least 0 (found {args.idle})")
 
     from unstable_core import Checkpoint, ModelRef, build_component, load_plugins
     from unstable_hf.inference import HFInference, HFInferenceOptions
