@@ -92,7 +92,8 @@ class CollectionConfig(Section):
         default_factory=list, description="With eval_policy_metrics: also the exact policy metrics of the population's "
         "mixtures at each evaluation, in the eval records' `mixtures`: 'uniform', every checkpoint so far (the base model "
         "included) drawn alike once a game (fictitious play's output); 'meta', the mixture the model sampler targets "
-        "(psro's meta-game Nash mixture; nothing with a sampler that keeps none). Each checkpoint is scored once a run.",
+        "(psro's meta-game Nash mixture, fictitious's members; nothing with a sampler that keeps none). Each checkpoint "
+        "is scored once a run.",
     )
     eval_games: int = Field(
         16, ge=0, le=1_000_000, description="Evaluation games per (checkpoint, env, opponent): the cap of one evaluation round."

@@ -106,6 +106,47 @@ def test_fictitious_draws_uniformly_over_the_whole_history():
     within_4_se(counts, n, {"random-valid": 0.25, "base": 0.75 / 21, "ckpt-5": 0.75 * 6 / 21})
 
 
+def test_with_phases_only_every_phase_th_checkpoint_joins_fictitious_play_s_population():
+    """phase = 2: the base model, ckpt-2 and ckpt-4 are the population (drawn alike, and the
+    mixture the sampler reports); ckpt-1, -3 and -5 are never drawn. The members survive a
+    state round trip."""
+    reg = population(5)
+    sampler = FictitiousSampler(FictitiousOptions(phase=2))
+    n = 9_000
+    counts = draw_counts(sampler, reg, n, seed=3)
+    within_4_se(counts, n, {"base": 1 / 3, "ckpt-2": 1 / 3, "ckpt-4": 1 / 3})
+    assert set(counts) == {"base", "ckpt-2", "ckpt-4"}
+    assert sampler.mixture() == pytest.approx({"base": 1 / 3, "ckpt-2": 1 / 3, "ckpt-4": 1 / 3})
+    restored = FictitiousSampler(FictitiousOptions(phase=2))
+    restored.load_state_dict(sampler.state_dict())
+    assert restored.mixture() == sampler.mixture()
+    linear = FictitiousSampler(FictitiousOptions(phase=2, weighting="linear"))
+    linear.sample(ENV, reg.current, 1, reg, random.Random(0))
+    assert linear.mixture() == pytest.approx({"base": 1 / 6, "ckpt-2": 2 / 6, "ckpt-4": 3 / 6})
+
+
+def test_with_phases_psro_s_meta_game_is_played_among_every_phase_th_checkpoint():
+    """phase = 2 with exact payoffs: ckpt-1 and ckpt-3 beat everyone, yet they are not members,
+    so the meta-game over base, ckpt-2 and ckpt-4 (each beating the ones before) is pure on
+    ckpt-4, and no draw, exploring or not, seats them; ckpt-6, the next member, is explored
+    before its payoffs come, ckpt-5 never."""
+    reg = population(4)
+    for v in (1, 2, 3, 4):
+        for w in range(v):
+            reg.record_payoff(f"ckpt-{v}", f"ckpt-{w}" if w else "base", 1.0)  # each beats every earlier one
+    for v in (1, 3):
+        reg.record_payoff(f"ckpt-{v}", "ckpt-4", 1.0)  # and ckpt-1, ckpt-3 beat ckpt-4 too
+    sampler = PSROSampler(PSROOptions(payoff="exact", explore=0.5, phase=2))
+    rng = random.Random(0)
+    drawn = {sampler.sample(ENV, reg.current, 1, reg, rng)[0].uid for _ in range(200)}
+    assert sampler.mixture() == pytest.approx({"base": 0.0, "ckpt-2": 0.0, "ckpt-4": 1.0}, abs=1e-9)
+    assert drawn == {"ckpt-4"}
+    for v in (5, 6):
+        reg.add_checkpoint(Checkpoint(uid=f"ckpt-{v}", version=v, path=f"/c/{v}"), reg.get("base").ref)
+    drawn = {sampler.sample(ENV, reg.current, 1, reg, rng)[0].uid for _ in range(200)}
+    assert drawn == {"ckpt-4", "ckpt-6"}  # ckpt-6 explored: a member whose payoffs are not in yet
+
+
 def cycle_over_base():
     """Three checkpoints that beat each other in a cycle (rock-paper-scissors), each beating the
     base model."""
@@ -212,7 +253,8 @@ def test_a_training_run_plays_its_population(sampler, tmp_path):
     assert len({u for u in opponents if u.startswith("ckpt-")}) >= 4  # many generations met, not only the latest
 
 
-@pytest.mark.parametrize("sampler", [{"name": "fictitious"}, {"name": "psro", "entry_games": 4, "resolve_every": 20}])
+@pytest.mark.parametrize("sampler", [{"name": "fictitious"}, {"name": "psro", "entry_games": 4, "resolve_every": 20},
+                                     {"name": "fictitious", "phase": 2}])
 def test_a_killed_and_resumed_sync_run_draws_the_same_opponents(sampler, tmp_path):
     """SIGKILLed twice at random points and resumed from its snapshots, a sync run seats the same
     opponents in every training game as the run that was never killed (the sampler's state and
@@ -240,7 +282,8 @@ def test_a_killed_and_resumed_sync_run_draws_the_same_opponents(sampler, tmp_pat
 
 def test_the_league_offers_the_uniform_and_the_meta_mixture_for_evaluation(tmp_path):
     """`collection.eval_mixtures`: the league hands the evaluator every checkpoint alike and the
-    psro sampler's Nash mixture, as models with weights; a sampler without a mixture gives none."""
+    mixture the sampler targets (psro's Nash mixture; fictitious's population, here with
+    phase = 2), as models with weights; a sampler without a mixture (mirror) gives none."""
     import asyncio
 
     import unstable_core
@@ -248,8 +291,10 @@ def test_the_league_offers_the_uniform_and_the_meta_mixture_for_evaluation(tmp_p
     from unstable_core.testing import toy_config, toy_plugin
 
     system = unstable_core.load_plugins(entry_points=False, extra=[("toy", toy_plugin), ("population", plugin)])
-    for sampler, expected in (({"name": "psro", "entry_games": 10, "explore": 0.0}, {"uniform", "meta"}),
-                              ({"name": "fictitious"}, {"uniform"})):
+    third = {"ckpt-1": 1 / 3, "ckpt-2": 1 / 3, "ckpt-3": 1 / 3}  # the cycle's Nash mixture (base: weight 0, left out)
+    for sampler, expected in (({"name": "psro", "entry_games": 10, "explore": 0.0}, third),
+                              ({"name": "fictitious", "phase": 2}, {"base": 0.5, "ckpt-2": 0.5}),
+                              ({"name": "mirror"}, None)):
         cfg = toy_config(model_sampler=sampler, trackers=[])
         league = build_role("league", unstable_core.build(cfg, run_dir=tmp_path / sampler["name"], plugins=system).plan, system)
         base = league.registry.get("base").ref
@@ -259,12 +304,12 @@ def test_the_league_offers_the_uniform_and_the_meta_mixture_for_evaluation(tmp_p
             play(league.registry, a, b, wins_a=0, wins_b=20)  # a cycle: a third each
         league.model_sampler.sample(ENV, league.registry.current, 1, league.registry, random.Random(0))
         mixtures = asyncio.run(league.mixtures(["uniform", "meta"]))
-        assert set(mixtures) == expected
+        assert set(mixtures) == ({"uniform"} if expected is None else {"uniform", "meta"})
         assert [(ref.uid, w) for ref, w in mixtures["uniform"]] == [(uid, 0.25) for uid in ("base", "ckpt-1", "ckpt-2", "ckpt-3")]
-        if "meta" in expected:
+        if expected is not None:
             meta = {ref.uid: w for ref, w in mixtures["meta"]}
-            assert meta == pytest.approx({"ckpt-1": 1 / 3, "ckpt-2": 1 / 3, "ckpt-3": 1 / 3}, abs=1e-9)  # base: weight 0, left out
-            assert all(ref.adapter_path == f"/c/{ref.version}" for ref, _ in mixtures["meta"])
+            assert meta == pytest.approx(expected, abs=1e-9)
+            assert all(ref.adapter_path == f"/c/{ref.version}" for ref, _ in mixtures["meta"] if ref.uid != "base")
             assert set(asyncio.run(league.mixtures(["uniform"]))) == {"uniform"}
 
 

@@ -28,7 +28,7 @@ class MixtureModelOptions(BaseModel):
 
     mixture: Literal["uniform", "meta"] = Field(
         "uniform", description="'uniform': every checkpoint of the run (the base model included) alike; 'meta': the "
-        "mixture its model sampler targeted (psro), as its registry.json holds it."
+        "mixture its model sampler targeted (psro's Nash mixture, fictitious's members), as its registry.json holds it."
     )
 
 

@@ -14,6 +14,10 @@ meta-game once it has played ``entry_games`` games; until then it is drawn with 
 ``explore`` so that it gets them.
 
 Either may mix in the fixed opponents (``fixed_prob``), as the core's `random` sampler does.
+With ``phase`` = k > 1 only the base model and every k-th checkpoint enter the population: the
+learner trains k checkpoints' worth of updates against one fixed population before its policy
+joins it, an approximate best response as both methods assume of a new policy (the latest
+checkpoint is still the one that plays the learner's seat).
 """
 
 from __future__ import annotations
@@ -27,10 +31,23 @@ from unstable_core import EnvSpec, ModelRef
 
 from .meta import nash_mixture, payoff_matrix
 
+PHASE_DESCRIPTION = (
+    "Checkpoints per best-response phase: only the base model and every phase-th checkpoint enter the population "
+    "the opponents come from, so the learner trains phase x training.save_every updates against one fixed population "
+    "before its policy joins it (1: every checkpoint enters at once)."
+)
+
+
+def entered(pool: list[ModelRef], phase: int) -> list[ModelRef]:
+    """The members of the population ``pool`` (the base model and the checkpoints, oldest first)
+    under best-response phases of ``phase`` checkpoints: the base model and every phase-th one."""
+    return pool[::phase]
+
 
 class FictitiousOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    phase: int = Field(1, ge=1, description=PHASE_DESCRIPTION)
     fixed_prob: float = Field(0.0, ge=0, le=1, description="Probability that a seat gets a fixed opponent instead.")
     weighting: Literal["uniform", "linear"] = Field(
         "uniform", description="'uniform': every checkpoint alike; 'linear': the k-th oldest weighs k (recent ones more)."
@@ -46,23 +63,34 @@ def fixed_or(registry: Any, fixed_prob: float, rng: random.Random) -> ModelRef |
 class FictitiousSampler:
     def __init__(self, options: FictitiousOptions) -> None:
         self.options = options
+        self.members: list[str] = []  # the population at the last draw, oldest first
+
+    def weights(self, n: int) -> list[float]:
+        return [1.0] * n if self.options.weighting == "uniform" else [float(k) for k in range(1, n + 1)]
+
+    def mixture(self) -> dict[str, float]:
+        """The mixture opponents are drawn from (fictitious play's output): uid -> probability."""
+        weights = self.weights(len(self.members))
+        return {uid: w / sum(weights) for uid, w in zip(self.members, weights, strict=True)}
 
     def sample(self, env: EnvSpec, anchor: ModelRef, num_seats: int, registry: Any, rng: random.Random) -> list[ModelRef]:
-        pool = registry.checkpoints() or [anchor]
-        weights = None if self.options.weighting == "uniform" else list(range(1, len(pool) + 1))
+        pool = entered(registry.checkpoints() or [anchor], self.options.phase)
+        self.members = [r.uid for r in pool]
+        weights = None if self.options.weighting == "uniform" else self.weights(len(pool))
         return [fixed_or(registry, self.options.fixed_prob, rng) or rng.choices(pool, weights=weights)[0]
                 for _ in range(num_seats)]
 
     def state_dict(self) -> dict[str, Any]:
-        return {}  # its draws come from the league's generator, which the league saves
+        return {"members": list(self.members)}  # its draws come from the league's generator, which the league saves
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        return None
+        self.members = list(state.get("members", []))  # a state saved before members were kept: none until the next draw
 
 
 class PSROOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    phase: int = Field(1, ge=1, description=PHASE_DESCRIPTION)
     fixed_prob: float = Field(0.0, ge=0, le=1, description="Probability that a seat gets a fixed opponent instead.")
     resolve_every: int = Field(200, ge=1, description="Games recorded (by the whole population) between two solutions of the meta-game.")
     entry_games: int = Field(50, ge=0, description="Games a checkpoint must have played before it enters the meta-game.")
@@ -97,7 +125,7 @@ class PSROSampler:
     def candidates(self, registry: Any, anchor: ModelRef) -> list[str]:
         """The checkpoints the meta-game is played among: those with entry_games games, or with
         exact payoffs, those whose payoffs the run has computed (every pair among them has one)."""
-        pool = registry.checkpoints() or [anchor]
+        pool = entered(registry.checkpoints() or [anchor], self.options.phase)
         first = pool[0].uid
         if self.options.payoff == "exact":
             return [first] + [r.uid for r in pool[1:] if registry.exact_payoff(r.uid, first) is not None]
@@ -122,7 +150,7 @@ class PSROSampler:
     def sample(self, env: EnvSpec, anchor: ModelRef, num_seats: int, registry: Any, rng: random.Random) -> list[ModelRef]:
         if self.stale(registry, anchor):
             self.solve(registry, anchor)
-        newcomers = [r for r in registry.checkpoints() if r.uid not in self.members]
+        newcomers = [r for r in entered(registry.checkpoints(), self.options.phase) if r.uid not in self.members]
         out = []
         for _ in range(num_seats):
             chosen = fixed_or(registry, self.options.fixed_prob, rng)
