@@ -143,7 +143,23 @@ def test_the_cli_gives_the_uniform_policys_exploitability_as_json():
     assert {"exploitability", "nash_conv", "invalid_mass", "info_states", "seconds"} <= set(report)
 
 
+def test_the_cli_shows_the_extracted_policy_of_every_information_state():
+    """--policy: uniform play is a half each in all 12 states of Kuhn poker; first-valid passes
+    everywhere, a line per state in the text report."""
+    done = cli("exploitability", "random-valid", "--env", KUHN, "--json", "--policy")
+    assert done.returncode == 0, done.stderr
+    table = json.loads(done.stdout)["policy"]
+    assert len(table) == 12 and {"0", "0b", "2pb"} <= set(table)
+    assert all(row == pytest.approx({"[pass]": 0.5, "[bet]": 0.5}) for row in table.values())
+    assert "policy" not in json.loads(cli("exploitability", "random-valid", "--env", KUHN, "--json").stdout)
+    done = cli("exploitability", "first-valid", "--env", KUHN, "--policy")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 13 and "  1pb  [pass] 1.000  [bet] 0.000" in lines
+
+
 @pytest.mark.parametrize("args,message", [
+    (("random-valid", "--env", KUHN, "--mixture", "uniform", "--policy"), "--policy shows one policy's table: not with --mixture"),
     (("random-valid", "--env", "openspiel/kuhn_pokr"), "unknown OpenSpiel game 'kuhn_pokr'. Did you mean 'kuhn_poker'?"),
     (("random-valid", "--env", KUHN, "--param", "players=3"), "has 3 players; only two-player games are supported"),
     (("random-valid", "--env", KUHN, "--param", "cards=4"), "Unknown parameter 'cards'"),

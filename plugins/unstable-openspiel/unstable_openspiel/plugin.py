@@ -46,9 +46,12 @@ def unstable_register_commands(cli: Any) -> None:
     @click.option("--mixture", type=click.Choice(["uniform", "meta"]), default=None,
                   help="With a run directory: the population's policy, the uniform mixture of every checkpoint "
                   "(fictitious play's output) or the PSRO meta mixture, instead of one checkpoint.")
+    @click.option("--policy", "with_policy", is_flag=True,
+                  help="Also print the extracted policy: each information state's actions and their probabilities.")
     @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
     def exploitability(spec: str, env_id: str, params: tuple[str, ...], template: str | None, checkpoint: str | None,
-                       temperature: float, top_p: float, max_info_states: int, mixture: str | None, as_json: bool) -> None:
+                       temperature: float, top_p: float, max_info_states: int, mixture: str | None, with_policy: bool,
+                       as_json: bool) -> None:
         """Exploitability of SPEC's exact policy on an OpenSpiel game, by OpenSpiel's own NashConv
         (0: a Nash equilibrium). SPEC: a run directory (its latest checkpoint), a model (tiny:...,
         a local path), a scripted agent (random-valid, ...) or an openspiel agent (uniform, cfr,
@@ -68,6 +71,8 @@ def unstable_register_commands(cli: Any) -> None:
                 raise UnstableError(f"--param {item!r}: expected KEY=VALUE")
             parsed[key] = int(value) if value.lstrip("-").isdigit() else value
         if mixture is not None:
+            if with_policy:
+                raise UnstableError("--policy shows one policy's table: not with --mixture")
             mixed = mixture_exploitability(spec, env_id, mixture, parsed, max_info_states)
             if as_json:
                 click.echo(mixed.model_dump_json(indent=2))
@@ -76,10 +81,13 @@ def unstable_register_commands(cli: Any) -> None:
                            f"exploitability {mixed.exploitability:.4f} (NashConv {mixed.nash_conv:.4f}), {mixed.seconds:.1f} s")
             return
         report = compute(spec, env_id, parsed, template, max_info_states, checkpoint=checkpoint,
-                         sampling={"temperature": temperature, "top_p": top_p})
+                         sampling={"temperature": temperature, "top_p": top_p}, with_policy=with_policy)
         if as_json:
-            click.echo(report.model_dump_json(indent=2))
-        else:
-            click.echo(f"{report.spec} on {report.env}: exploitability {report.exploitability:.4f} (NashConv "
-                       f"{report.nash_conv:.4f}), invalid mass max {report.invalid_mass:.4f}, {report.info_states} "
-                       f"information states, {report.seconds:.1f} s")
+            click.echo(report.model_dump_json(indent=2, exclude_none=True))
+            return
+        click.echo(f"{report.spec} on {report.env}: exploitability {report.exploitability:.4f} (NashConv "
+                   f"{report.nash_conv:.4f}), invalid mass max {report.invalid_mass:.4f}, {report.info_states} "
+                   f"information states, {report.seconds:.1f} s")
+        width = max((len(key) for key in report.policy or {}), default=0)
+        for key, row in (report.policy or {}).items():
+            click.echo(f"  {key:<{width}}  " + "  ".join(f"{label} {p:.3f}" for label, p in row.items()))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from . import games, render
@@ -66,6 +66,13 @@ class Extracted:
     policy: Any  # open_spiel.python.policy.TabularPolicy
     invalid_mass: dict[str, float]  # by information state
     seconds: float
+    labels: dict[str, dict[str, int]] = field(default_factory=dict)  # by information state: label -> action id
+
+    def table(self) -> dict[str, dict[str, float]]:
+        """The policy by information state (in sorted order), as label -> probability (renormalised
+        over the legal actions)."""
+        return {key: {label: float(self.policy.policy_for_key(key)[action]) for label, action in self.labels[key].items()}
+                for key in sorted(self.labels)}
 
     @property
     def max_invalid_mass(self) -> float:
@@ -94,7 +101,7 @@ def extract(env_id: str, params: dict[str, Any] | None, probabilities: Probabili
         row[:] = 0.0
         for label, action in info.labels.items():
             row[action] = raw.get(label, 0.0) / total if total > 0 else 1.0 / len(info.labels)
-    return Extracted(table, invalid, time.perf_counter() - began)
+    return Extracted(table, invalid, time.perf_counter() - began, {info.key: dict(info.labels) for info in states})
 
 
 def nash_conv(env_id: str, params: dict[str, Any] | None, policy: Any) -> tuple[float, float]:
@@ -109,7 +116,11 @@ def nash_conv(env_id: str, params: dict[str, Any] | None, policy: Any) -> tuple[
 def metrics(env_id: str, params: dict[str, Any] | None, probabilities: Probabilities,
             limit: int = MAX_INFO_STATES) -> dict[str, float]:
     """Exploitability, NashConv and invalid mass of the policy ``probabilities`` defines."""
-    extracted = extract(env_id, params, probabilities, limit)
+    return figures(env_id, params, extract(env_id, params, probabilities, limit))
+
+
+def figures(env_id: str, params: dict[str, Any] | None, extracted: Extracted) -> dict[str, float]:
+    """Exploitability, NashConv and invalid mass of an extracted policy."""
     value, conv = nash_conv(env_id, params, extracted.policy)
     return {"exploitability": value, "nash_conv": conv, "invalid_mass": extracted.max_invalid_mass,
             "invalid_mass_mean": extracted.mean_invalid_mass, "info_states": float(len(extracted.invalid_mass)),
