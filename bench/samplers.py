@@ -1,7 +1,7 @@
 """Which opponent sampler makes the tiny model's policy least exploitable: seeds x samplers on an
 OpenSpiel game, exploitability by OpenSpiel at each evaluation and of the population's mixture.
 
-    python bench/samplers.py [--quick] [--seeds 3] [--steps 80] [--samplers mirror random fictitious psro psro-exact]
+    python bench/samplers.py [--quick] [--seeds 3] [--steps 80] [--samplers mirror random fictitious psro psro-exact psro-phase]
                              [--config examples/openspiel-kuhn-tiny.toml] [--set key=value ...] [--out DIR] [--jobs N]
     python bench/samplers.py --from DIR      # the table of runs kept with --out
 
@@ -35,6 +35,7 @@ SAMPLERS = {
     "fictitious": {"name": "fictitious"},
     "psro": {"name": "psro", "entry_games": 50, "resolve_every": 200},
     "psro-exact": {"name": "psro", "payoff": "exact"},  # the meta-game from exact expected payoffs (OpenSpiel)
+    "psro-phase": {"name": "psro", "payoff": "exact", "phase": 10},  # and a member every 10 checkpoints
 }
 
 
