@@ -51,9 +51,15 @@ def run_one(config: str, sampler: str, seed: int, steps: int, games: int, extra:
 
 
 def read_run(run_dir: Path) -> dict:
-    """A run's exploitability curves (latest, uniform, meta), training games and wall time, from its metrics.jsonl."""
+    """A run's exploitability curves (latest, uniform, meta), training games and wall time (summed over its
+    resumed segments), from its metrics.jsonl."""
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    wall = max(r.get("time", 0.0) for r in records)
+    segments: list[float] = [0.0]  # a resumed run's clock starts again at each resume record
+    for r in records:
+        if r["type"] == "resume":
+            segments.append(0.0)
+        segments[-1] = max(segments[-1], r.get("time", 0.0))
+    wall = sum(segments)
     env = records[0]["config"]["train_envs"][0]["env_id"]
     evals = {r["step"]: r for r in records if r["type"] == "eval" and "exploitability" in r["policy"]}
     trained = {r["step"]: sum(t["games"] for t in r["envs"].get("train", {}).values()) for r in records if r["type"] == "summary"}

@@ -299,6 +299,24 @@ def resume_error(run_dir, overrides=()):
     return message
 
 
+def test_a_finished_run_resumed_with_more_steps_keeps_its_last_evaluation_and_plays_it_once(finished):
+    """The last evaluation comes after the last update's snapshot; a snapshot after it keeps it when the
+    run goes on (without it the resume cut it from the log and never played it again)."""
+    plugins = unstable_core.load_plugins(extra=[("toy", toy_plugin)])
+
+    def evals():
+        records = [json.loads(line) for line in (finished / "metrics.jsonl").open()]
+        return [r["step"] for r in records if r["type"] == "eval"]
+
+    first = evals()
+    assert sorted(set(first)) == [0, 6] and first.count(6) == first.count(0) > 0
+    result = unstable_core.run(None, run_dir=finished, resume=True, overrides=["training.learning_steps=8"], plugins=plugins)
+    assert result.status == "completed" and 6 in {r.step for r in result.eval_records}
+    assert evals() == first + [8] * first.count(0)
+    again = unstable_core.run(None, run_dir=finished, resume=True, overrides=["training.learning_steps=8"], plugins=plugins)
+    assert again.status == "completed" and evals() == first + [8] * first.count(0)  # resumed as it was: not played twice
+
+
 @pytest.mark.parametrize("damage", ["deleted", "cut"])
 def test_resume_refuses_a_metrics_log_that_lost_what_the_snapshot_covers(finished, damage):
     metrics = finished / "metrics.jsonl"

@@ -2,7 +2,7 @@
 data flow). ``run.py`` tells the whole run in order around it.
 
     drive:      (train | tournament)
-    train:      evaluate(0) -> [collect lanes || update loop] -> evaluate(final)
+    train:      evaluate(0) -> [collect lanes || update loop] -> evaluate(final) -> snapshot
     collect:    schedule -> play -> ingest (record + add + transcripts + hooks), back-pressured
     update:     draw (filtered) -> update -> checkpoint -> publish + verify -> evaluate (every N) -> snapshot
     sync mode:  per step, rounds of games with the current policy -> update -> ...; nothing on a timer
@@ -81,7 +81,9 @@ class Driver:
             await self.train_sync(learner)
         else:
             await self.train_async(learner)
-        await self.evaluator.evaluate(self.state.step)
+        if not any(r.step == self.state.step for r in self.state.eval_records):  # not when a finished run is resumed as it was
+            await self.evaluator.evaluate(self.state.step)
+            await self.snapshots.take()  # after the last update's: a run resumed with more steps keeps this evaluation
 
     async def train_async(self, learner: LearnerHandle) -> None:
         tc, collector = self.cfg.training, self.collector
