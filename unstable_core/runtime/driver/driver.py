@@ -81,9 +81,8 @@ class Driver:
             await self.train_sync(learner)
         else:
             await self.train_async(learner)
-        if not any(r.step == self.state.step for r in self.state.eval_records):  # not when a finished run is resumed as it was
-            await self.evaluator.evaluate(self.state.step)
-            await self.snapshots.take()  # after the last update's: a run resumed with more steps keeps this evaluation
+        await self.evaluator.evaluate(self.state.step)  # none when resumed after it: the league plays a round once a checkpoint
+        await self.snapshots.take()  # after the last update's: a run resumed with more steps keeps this evaluation
 
     async def train_async(self, learner: LearnerHandle) -> None:
         tc, collector = self.cfg.training, self.collector
