@@ -1,6 +1,7 @@
 """Prefix-shared against padded learner forward: loss + backward time, peak memory, forward tokens,
 gradient agreement, for each prefix-shared layout (``masks``: prefix tries in rows with ancestor
-masks; ``segments``: cached-prefix segments).
+masks; ``segments``: cached-prefix segments; ``masks-flex``: the masks layout with FlexAttention
+block masks whatever ``--prefix-attention`` says, CUDA only, to time both mask kinds in one process).
 
     python bench/prefix.py [--quick] [--device cpu|cuda] [--steps 64] [--runs 5] [--layouts masks,segments]
                            [--prefix-attention auto|dense|flex] [--mini-batch 16] [--mini-batch-tokens N]
@@ -123,7 +124,11 @@ def worker(args: argparse.Namespace) -> None:
     steps = sorted(steps, key=lambda s: s.turn.prompt_token_ids + s.turn.completion_token_ids)  # as the learner does
 
     def loss_and_backward(path: str) -> None:
-        learner.set_prefix_sharing(path != "padded", layout=None if path == "padded" else path)
+        learner.set_prefix_sharing(path != "padded", layout=None if path == "padded" else path.removesuffix("-flex"))
+        if path == "masks-flex":  # the masks layout with FlexAttention block masks, whatever --prefix-attention says
+            if (why := learner.policy.flex_attention_unsupported()) is not None:
+                raise SystemExit(f"masks-flex: {why}")
+            learner.block_mask = True
         learner.counts.clear()
         for p in learner.params:
             p.grad = None
@@ -139,7 +144,7 @@ def worker(args: argparse.Namespace) -> None:
         loss_and_backward(path)
         rows[path] = {"peak_mib": peak_mib(args.device), "forward_tokens": learner.counts["forward_tokens"],
                       "chunks": len(learner.chunks(steps)),
-                      "attention": "flex block masks" if path == "masks" and learner.block_mask else learner.policy.attention,
+                      "attention": "flex block masks" if path.startswith("masks") and learner.block_mask else learner.policy.attention,
                       "sequence_tokens": learner.counts["sequence_tokens"]}
         grads[path] = {n: p.grad.detach().float().cpu() for n, p in learner.trainable().items()}
     times: dict[str, list[float]] = {path: [] for path in paths}
@@ -183,7 +188,7 @@ def main() -> None:
                     help="the shared path's masks: dense 4D, FlexAttention block masks (CUDA), auto (dense: measured faster)")
     ap.add_argument("--models", default="tiny,qwen", help="which models to run (the summary needs both)")
     ap.add_argument("--layouts", default="masks,segments",
-                    help="the prefix-shared layouts to time against padded (the summary reads the first)")
+                    help="the prefix-shared paths to time against padded: masks, segments, masks-flex (the summary reads the first)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--model", default="tiny", help=argparse.SUPPRESS)
     ap.add_argument("--env", default="KuhnPoker-v0-train", help=argparse.SUPPRESS)

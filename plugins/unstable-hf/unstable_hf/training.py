@@ -109,7 +109,7 @@ class LoraLearner:
                             "checkpointing; prefix-shared steps use masks", self.base_model)
         self.layouts = LayoutChoice(layouts if on else ["padded"], model=self.base_model)
         self.layout = self.layouts.candidates[0]
-        self.block_mask = False  # 'auto' = dense: block masks train on CUDA only and were slower there (docs/performance.md)
+        self.block_mask = False  # 'auto' = dense: block masks train on CUDA only and were no faster there (docs/performance.md)
         if on and self.options.prefix_attention == "flex":
             why = self.policy.flex_attention_unsupported()
             if why is None:
