@@ -8,7 +8,7 @@ from scipy.stats import chisquare
 
 from unstable_core import GenerationRequest, ModelRef
 from unstable_hf.inference import HFInference, HFInferenceOptions
-from unstable_hf.sampling import nucleus
+from unstable_hf.sampling import PerRequestSampler, nucleus
 
 torch.set_num_threads(1)
 PROMPT = "Your card is: 'K'"
@@ -71,3 +71,15 @@ def test_nucleus_keeps_the_smallest_set_reaching_top_p():
     kept = nucleus(probs, 0.7)
     assert kept.tolist() == [[0.0, 0.5, 0.0, 0.25], [0.97, 0.0, 0.0, 0.0]]
     assert nucleus(probs, 1.0) is probs
+
+
+def test_the_sampler_keeps_each_drawn_tokens_tempered_logprob_before_top_p():
+    scores = torch.tensor([[2.0, 0.5, -1.0, 0.0], [0.0, 3.0, 1.0, -2.0]])
+    sampler = PerRequestSampler([5, 6], temperature=0.7, top_p=0.9)
+    masked = [sampler(None, scores) for _ in range(3)]  # three positions
+    chosen = torch.stack([m.argmax(dim=-1) for m in masked], dim=1)  # generation picks the one token left
+    assert all(((m == 0).sum(dim=-1) == 1).all() for m in masked)
+    by_hand = torch.log_softmax(scores / 0.7, dim=-1).gather(-1, chosen)
+    assert sampler.logprobs().shape == (2, 3)
+    assert sampler.logprobs() == pytest.approx(by_hand, abs=1e-6)
+    assert (nucleus(torch.softmax(scores / 0.7, dim=-1), 0.9).gather(-1, chosen) > 0).all()  # drawn inside the nucleus

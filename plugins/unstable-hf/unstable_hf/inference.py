@@ -166,16 +166,11 @@ class HFInference:
                         top_k=None,
                         max_new_tokens=self.options.max_tokens,
                         return_dict_in_generate=True,
-                        output_logits=True,
                         pad_token_id=tok.pad_token_id,
                         eos_token_id=tok.eos_token_id,
                     )
-            chosen = out.sequences[:, width:]
-            logp = torch.stack([  # [B, T]: each generated token's logprob, computed on the model's device
-                torch.log_softmax(step.float() / self.options.temperature, dim=-1).gather(-1, chosen[:, t : t + 1])[:, 0]
-                for t, step in enumerate(out.logits)
-            ], dim=1).cpu()
-            new = chosen.cpu()
+            new = out.sequences[:, width:].cpu()
+            logp = sampler.logprobs().cpu()  # [B, T]: each drawn token's logprob, kept by the sampler as it drew
             results = []
             for i, r in enumerate(requests):
                 toks: list[int] = []

@@ -26,18 +26,28 @@ def nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
 
 
 class PerRequestSampler:
-    """A ``LogitsProcessor``: row ``i`` samples from ``Generator(seeds[i])``."""
+    """A ``LogitsProcessor``: row ``i`` samples from ``Generator(seeds[i])``. It also keeps each
+    drawn token's logprob under the tempered distribution (before top-p), a ``[B]`` tensor per
+    generated position (``logprobs()``), so that generation need not keep every position's
+    ``[B, V]`` logits (``output_logits``) until it ends."""
 
     def __init__(self, seeds: list[int], temperature: float, top_p: float) -> None:
         self.seeds = [int(s) for s in seeds]
         self.generators: list[torch.Generator] = []
         self.temperature, self.top_p = temperature, top_p
+        self.chosen_logprobs: list[torch.Tensor] = []
 
     def __call__(self, input_ids: Any, scores: torch.Tensor) -> torch.Tensor:
         # draws on the scores' device: copying a 150k-token vocabulary to the CPU at every
         # generated token made GPU generation CPU-bound
         if not self.generators:
             self.generators = [torch.Generator(device=scores.device).manual_seed(s) for s in self.seeds]
-        probs = nucleus(torch.softmax(scores.float() / self.temperature, dim=-1), self.top_p)
+        logp = torch.log_softmax(scores.float() / self.temperature, dim=-1)
+        probs = nucleus(logp.exp(), self.top_p)
         chosen = torch.stack([torch.multinomial(row, 1, generator=g) for row, g in zip(probs, self.generators)])
+        self.chosen_logprobs.append(logp.gather(-1, chosen)[:, 0])
         return torch.full_like(scores, float("-inf")).scatter(-1, chosen, 0.0)
+
+    def logprobs(self) -> torch.Tensor:
+        """``[B, T]``: the logprob of the token drawn at each of the ``T`` positions so far."""
+        return torch.stack(self.chosen_logprobs, dim=1)
