@@ -1,12 +1,13 @@
-"""Peak memory of one ``hf`` generation call with a real vocabulary, on the CPU.
+"""Peak memory of one ``hf`` generation call with a real vocabulary.
 
-    python bench/generation_memory.py [--tokens 128] [--layers 2] [--rows 16]
+    python bench/generation_memory.py [--tokens 128] [--layers 2] [--rows 16] [--device cpu|cuda]
 
 A random-weight model of the Qwen3-0.6B shape (``bench/gpu_check.py``'s, 151,936-token
-vocabulary) with ``--layers`` layers, in float32, serves ``--rows`` KuhnPoker prompts together
-for ``--tokens`` tokens each (random weights rarely stop early). Measured: the process's peak
-RSS during that ``generate_batch`` above its RSS before it (after one warm-up call and
-``malloc_trim``; the peak reset through ``/proc/self/clear_refs``), and the tokens/s. What grows
+vocabulary) with ``--layers`` layers, in float32 on the CPU and bfloat16 on CUDA, serves
+``--rows`` KuhnPoker prompts together for ``--tokens`` tokens each (random weights rarely stop
+early). Measured: the peak memory during that ``generate_batch`` above the memory held before it
+(after one warm-up call; on the CPU the process's RSS, after ``malloc_trim``, its peak reset
+through ``/proc/self/clear_refs``; on CUDA the allocator's), and the tokens/s. What grows
 with rows x tokens x vocabulary is what generation keeps per position: with ``output_logits``
 every position's ``[rows, vocabulary]`` logits until the call ends (float32: 1.16 GiB at
 16 x 128), with the sampler keeping each drawn token's logprob only ``[rows]`` a position.
@@ -35,31 +36,40 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--rows", type=int, default=16, help="prompts served together (at most 16)")
+    ap.add_argument("--device", default="cpu")
     args = ap.parse_args()
+    import torch
+
     sys.path.insert(0, str(Path(__file__).parent))
     from gpu_check import build_model, prompts
 
     from unstable_core import GenerationRequest, ModelRef
     from unstable_hf.inference import HFInference, HFInferenceOptions
 
-    path = build_model("qwen3-0.6b", Path(tempfile.mkdtemp()), args.layers, "cpu")
-    hf = HFInference(HFInferenceOptions(device="cpu", dtype="float32", max_tokens=args.tokens, temperature=1.0, top_p=1.0,
+    cuda = args.device.startswith("cuda")
+    path = build_model("qwen3-0.6b", Path(tempfile.mkdtemp()), args.layers, args.device)
+    hf = HFInference(HFInferenceOptions(device=args.device, dtype="bfloat16" if cuda else "float32", max_tokens=args.tokens, temperature=1.0, top_p=1.0,
                                         max_batch_size=args.rows))
     base = ModelRef(uid="base", kind="base", backend="hf", model=str(path))
     hf.prepare(base)
     requests = [GenerationRequest(model=base, prompt=t, seed=i) for i, t in enumerate(prompts()[: args.rows])]
     hf.generate_batch(requests[:2])  # warm-up
-    ctypes.CDLL("libc.so.6").malloc_trim(0)
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # VmHWM := the RSS now
-    before = rss_gib("VmRSS")
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated() / 2**30
+    else:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # VmHWM := the RSS now
+        before = rss_gib("VmRSS")
     start = time.perf_counter()
     outs = hf.generate_batch(requests)
     seconds = time.perf_counter() - start
-    peak = rss_gib("VmHWM") - before
+    peak = (torch.cuda.max_memory_allocated() / 2**30 if cuda else rss_gib("VmHWM")) - before
     tokens = sum(len(o.completion_token_ids) for o in outs)
-    print(f"{'rows':>4} {'tokens':>7} {'layers':>6} {'seconds':>8} {'tokens/s':>9} {'peak GiB':>9} {'RSS before GiB':>15}")
-    print(f"{args.rows:>4} {tokens:>7} {args.layers:>6} {seconds:>8.1f} {tokens / seconds:>9.1f} {peak:>9.2f} {before:>15.2f}")
+    print(f"{'rows':>4} {'tokens':>7} {'layers':>6} {'seconds':>8} {'tokens/s':>9} {'peak GiB':>9} {'before GiB':>11}")
+    print(f"{args.rows:>4} {tokens:>7} {args.layers:>6} {seconds:>8.1f} {tokens / seconds:>9.1f} {peak:>9.2f} {before:>11.2f}")
     print(f"summary: peak_gib={peak:.2f} tokens_per_s={tokens / seconds:.1f}")
 
 
