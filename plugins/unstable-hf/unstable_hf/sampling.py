@@ -42,10 +42,10 @@ class PerRequestSampler:
         # generated token made GPU generation CPU-bound
         if not self.generators:
             self.generators = [torch.Generator(device=scores.device).manual_seed(s) for s in self.seeds]
-        logp = torch.log_softmax(scores.float() / self.temperature, dim=-1)
-        probs = nucleus(logp.exp(), self.top_p)
+        tempered = scores.float() / self.temperature
+        probs = nucleus(torch.softmax(tempered, dim=-1), self.top_p)
         chosen = torch.stack([torch.multinomial(row, 1, generator=g) for row, g in zip(probs, self.generators)])
-        self.chosen_logprobs.append(logp.gather(-1, chosen)[:, 0])
+        self.chosen_logprobs.append(torch.log_softmax(tempered, dim=-1).gather(-1, chosen)[:, 0])
         return torch.full_like(scores, float("-inf")).scatter(-1, chosen, 0.0)
 
     def logprobs(self) -> torch.Tensor:
