@@ -6,8 +6,8 @@ A random-weight model of the Qwen3-0.6B shape (``bench/gpu_check.py``'s, 151,936
 vocabulary) with ``--layers`` layers, in float32 on the CPU and bfloat16 on CUDA, serves
 ``--rows`` KuhnPoker prompts together for ``--tokens`` tokens each (random weights rarely stop
 early). Measured: the peak memory during that ``generate_batch`` above the memory held before it
-(after one warm-up call; on the CPU the process's RSS, after ``malloc_trim``, its peak reset
-through ``/proc/self/clear_refs``; on CUDA the allocator's), and the tokens/s. What grows
+(after one warm-up call; ``bench/prefix.py``'s measure: on the CPU the process's RSS, on CUDA
+the allocator's), and the tokens/s. What grows
 with rows x tokens x vocabulary is what generation keeps per position: with ``output_logits``
 every position's ``[rows, vocabulary]`` logits until the call ends (float32: 1.16 GiB at
 16 x 128), with the sampler keeping each drawn token's logprob only ``[rows]`` a position.
@@ -18,17 +18,10 @@ Ends with ``summary: peak_gib=X tokens_per_s=Y``.
 from __future__ import annotations
 
 import argparse
-import ctypes
-import re
 import sys
 import tempfile
 import time
 from pathlib import Path
-
-
-def rss_gib(field: str) -> float:
-    with open("/proc/self/status") as f:
-        return int(re.search(field + r":\s+(\d+)", f.read()).group(1)) / 2**20
 
 
 def main() -> None:
@@ -38,10 +31,9 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=16, help="prompts served together (at most 16)")
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args()
-    import torch
-
     sys.path.insert(0, str(Path(__file__).parent))
     from gpu_check import build_model, prompts
+    from prefix import peak_mib, reset_peak
 
     from unstable_core import GenerationRequest, ModelRef
     from unstable_hf.inference import HFInference, HFInferenceOptions
@@ -54,19 +46,12 @@ def main() -> None:
     hf.prepare(base)
     requests = [GenerationRequest(model=base, prompt=t, seed=i) for i, t in enumerate(prompts()[: args.rows])]
     hf.generate_batch(requests[:2])  # warm-up
-    if cuda:
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        before = torch.cuda.memory_allocated() / 2**30
-    else:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # VmHWM := the RSS now
-        before = rss_gib("VmRSS")
+    reset_peak(args.device)
+    before = peak_mib(args.device) / 1024  # right after the reset the peak is what is held now
     start = time.perf_counter()
     outs = hf.generate_batch(requests)
     seconds = time.perf_counter() - start
-    peak = (torch.cuda.max_memory_allocated() / 2**30 if cuda else rss_gib("VmHWM")) - before
+    peak = peak_mib(args.device) / 1024 - before
     tokens = sum(len(o.completion_token_ids) for o in outs)
     print(f"{'rows':>4} {'tokens':>7} {'layers':>6} {'seconds':>8} {'tokens/s':>9} {'peak GiB':>9} {'before GiB':>11}")
     print(f"{args.rows:>4} {tokens:>7} {args.layers:>6} {seconds:>8.1f} {tokens / seconds:>9.1f} {peak:>9.2f} {before:>11.2f}")
