@@ -32,8 +32,10 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args()
     sys.path.insert(0, str(Path(__file__).parent))
-    from gpu_check import build_model, prompts
+    from gpu_check import build_model, prompts, require_gpu
     from prefix import peak_mib, reset_peak
+
+    require_gpu(args.device)  # --device cuda without a GPU: one line, exit 2
 
     from unstable_core import GenerationRequest, ModelRef
     from unstable_hf.inference import HFInference, HFInferenceOptions
