@@ -136,6 +136,16 @@ def test_a_trained_checkpoints_extracted_policy_is_the_one_it_plays(tiny, tmp_pa
     assert mixtures[0]["uniform"]["exploitability"] == pytest.approx(evals[0]["exploitability"], abs=1e-9)
     with pytest.raises(UnstableError, match="registry.json holds no meta mixture"):
         mixture_exploitability(str(tmp_path / "run"), KUHN, "meta")  # the run's sampler is `mirror`
+    # the population as it stood at ckpt-3 (`--checkpoint ckpt-3`): its first evaluation's policy and ckpt-3's
+    earlier = mixture_exploitability(str(tmp_path / "run"), KUHN, "uniform", upto="ckpt-3")
+    assert earlier.members == pytest.approx({"base": 1 / 2, "ckpt-3": 1 / 2})
+    assert earlier.exploitability != pytest.approx(mixed.exploitability, abs=1e-6)
+    assert mixture_exploitability(str(tmp_path / "run"), KUHN, "uniform", upto="base").exploitability == pytest.approx(
+        evals[0]["exploitability"], abs=1e-9)
+    with pytest.raises(UnstableError, match="no checkpoint 'ckpt-4'"):
+        mixture_exploitability(str(tmp_path / "run"), KUHN, "uniform", upto="ckpt-4")
+    with pytest.raises(UnstableError, match="the run keeps only its last meta mixture"):
+        mixture_exploitability(str(tmp_path / "run"), KUHN, "meta", upto="ckpt-3")
 
 
 def test_a_tiny_models_cache_key_follows_the_env_providers_version(monkeypatch):
@@ -213,3 +223,18 @@ def test_psro_on_exact_payoffs_reads_what_the_checkpoints_win_against_each_other
 
     meta = mixture_exploitability(str(run), KUHN, "meta")
     assert meta.members == pytest.approx({uid: w for uid, w in mixture.items() if w > 0}) and 0.0 < meta.exploitability < 1.0
+    # `--mixture least`: the least exploitable mixture of every checkpoint, no more exploitable
+    # than psro's or the uniform one, and its members at its weights play at what it reports
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "unstable_core.cli", "exploitability", str(run), "--env", KUHN,
+                           "--mixture", "least", "--json"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    least = json.loads(done.stdout)
+    uniform = mixture_exploitability(str(run), KUHN, "uniform")
+    assert least["mixture"] == "least" and set(least["members"]) <= set(scored)
+    assert sum(least["members"].values()) == pytest.approx(1.0)
+    assert least["exploitability"] <= min(meta.exploitability, uniform.exploitability) + 1e-9
+    again = policies.mixture_metrics(KUHN, {}, [(w, scored[uid]) for uid, w in least["members"].items()])
+    assert again["exploitability"] == pytest.approx(least["exploitability"], abs=1e-9)

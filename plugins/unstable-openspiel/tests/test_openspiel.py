@@ -160,6 +160,8 @@ def test_the_cli_shows_the_extracted_policy_of_every_information_state():
 
 @pytest.mark.parametrize("args,message", [
     (("random-valid", "--env", KUHN, "--mixture", "uniform", "--policy"), "--policy shows one policy's table: not with --mixture"),
+    (("random-valid", "--env", KUHN, "--mixture", "least"), "random-valid: not a run directory with checkpoints"),
+    (("random-valid", "--env", "openspiel/liars_dice", "--mixture", "least"), "too many for the sequence-form linear program"),
     (("random-valid", "--env", "openspiel/kuhn_pokr"), "unknown OpenSpiel game 'kuhn_pokr'. Did you mean 'kuhn_poker'?"),
     (("random-valid", "--env", KUHN, "--param", "players=3"), "has 3 players; only two-player games are supported"),
     (("random-valid", "--env", KUHN, "--param", "cards=4"), "Unknown parameter 'cards'"),

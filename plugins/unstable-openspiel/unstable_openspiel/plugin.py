@@ -36,16 +36,18 @@ def unstable_register_commands(cli: Any) -> None:
     @click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="A game parameter (repeatable).")
     @click.option("--template", default=None, help="Template that renders the prompts (default: a run's env template; "
                   "qwen3-zs for tiny models; else default).")
-    @click.option("--checkpoint", default=None, help="With a run directory: this checkpoint (default: the latest).")
+    @click.option("--checkpoint", default=None, help="With a run directory: this checkpoint (default: the latest); with "
+                  "--mixture uniform or least, the population up to this checkpoint.")
     @click.option("--temperature", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
                   help="With a model given by name: its sampling temperature.")
     @click.option("--top-p", default=1.0, show_default=True, type=click.FloatRange(0, 1, min_open=True),
                   help="With a model given by name: its nucleus sampling threshold.")
     @click.option("--max-info-states", default=100_000, show_default=True, type=click.IntRange(min=1),
                   help="Refuse games with more information states.")
-    @click.option("--mixture", type=click.Choice(["uniform", "meta"]), default=None,
+    @click.option("--mixture", type=click.Choice(["uniform", "meta", "least"]), default=None,
                   help="With a run directory: the population's policy, the uniform mixture of every checkpoint "
-                  "(fictitious play's output) or the PSRO meta mixture, instead of one checkpoint.")
+                  "(fictitious play's output) or the PSRO meta mixture, instead of one checkpoint; 'least': the "
+                  "least exploitable mixture of every checkpoint (a floor for any meta-solver; two-player zero-sum games).")
     @click.option("--policy", "with_policy", is_flag=True,
                   help="Also print the extracted policy: each information state's actions and their probabilities.")
     @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
@@ -73,12 +75,14 @@ def unstable_register_commands(cli: Any) -> None:
         if mixture is not None:
             if with_policy:
                 raise UnstableError("--policy shows one policy's table: not with --mixture")
-            mixed = mixture_exploitability(spec, env_id, mixture, parsed, max_info_states)
+            mixed = mixture_exploitability(spec, env_id, mixture, parsed, max_info_states, upto=checkpoint)
             if as_json:
                 click.echo(mixed.model_dump_json(indent=2))
             else:
                 click.echo(f"{mixed.mixture} mixture of {len(mixed.members)} models of {mixed.run_dir} on {mixed.env}: "
                            f"exploitability {mixed.exploitability:.4f} (NashConv {mixed.nash_conv:.4f}), {mixed.seconds:.1f} s")
+                if mixed.mixture == "least":  # a handful of members: which ones, with their weights
+                    click.echo("  " + "  ".join(f"{uid} {w:.3f}" for uid, w in mixed.members.items()))
             return
         report = compute(spec, env_id, parsed, template, max_info_states, checkpoint=checkpoint,
                          sampling={"temperature": temperature, "top_p": top_p}, with_policy=with_policy)

@@ -133,10 +133,16 @@ def mixture_metrics(env_id: str, params: dict[str, Any] | None, members: list[tu
     weight, the largest invalid mass of any member, and how many members it has."""
     began = time.perf_counter()
     extracted = [extract(env_id, params, probabilities, limit) for _, probabilities in members]
-    policy = mixture_policy(env_id, params, [e.policy for e in extracted], [w for w, _ in members])
+    return mixture_figures(env_id, params, extracted, [w for w, _ in members], began)
+
+
+def mixture_figures(env_id: str, params: dict[str, Any] | None, extracted: list[Extracted], weights: list[float],
+                    began: float) -> dict[str, float]:
+    """mixture_metrics' figures for policies already extracted (``began``: when the work began)."""
+    policy = mixture_policy(env_id, params, [e.policy for e in extracted], weights)
     value, conv = nash_conv(env_id, params, policy)
     return {"exploitability": value, "nash_conv": conv, "invalid_mass": max(e.max_invalid_mass for e in extracted),
-            "members": float(len(members)), "seconds": round(time.perf_counter() - began, 3)}
+            "members": float(len(extracted)), "seconds": round(time.perf_counter() - began, 3)}
 
 
 def expected_payoffs(env_id: str, params: dict[str, Any] | None, row: Probabilities, columns: list[Probabilities],
