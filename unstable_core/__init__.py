@@ -34,7 +34,7 @@ _LAZY = {
     **{n: "protocols" for n in (
         "GameEnv", "EnvProvider", "EnvSampler", "ModelSampler", "Registry", "Rater", "Buffer", "Learner", "Inference",
         "Executor", "Tracker", "Template", "CompletionScorer", "MemoryReleaser", "PolicyMetrics", "MixtureMetrics",
-        "ActionProbabilities", "PopulationMixture", "ExactPayoffs",
+        "ActionProbabilities", "PopulationMixture", "ExactPayoffs", "LeastExploitable", "LeastExploitableSampler",
         "FinalRewardTransform", "StepRewardTransform", "SamplingRewardTransform",
     )},
     **{n: "errors" for n in (

@@ -159,6 +159,11 @@ class ModelSamplerSpec(ComponentSpec):
         "payoffs between checkpoints (`registry.exact_payoff`): the run then computes each new checkpoint's against every "
         "earlier one (an env provider that offers them, `ExactPayoffs`, and a trained backend that scores completions).",
     )
+    least_exploitable: Callable[[Any], bool] | None = Field(
+        None, description="least_exploitable(options) -> True when the sampler, with these options, reads the least "
+        "exploitable mixture of members it names (`LeastExploitableSampler`, `registry.least_exploitable`): the run then "
+        "computes it after each new checkpoint (one training env whose provider offers it, `LeastExploitable`).",
+    )
 
 
 class RaterSpec(ComponentSpec):

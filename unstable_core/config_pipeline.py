@@ -1,7 +1,7 @@
 """Whether the reward pipeline, the buffer, the learner and grouped games fit together, from what
 each component declares on its record (``RewardTransformSpec.needs_groups`` / ``mixes_batch``,
 ``BufferSpec.keeps_episodes``, ``LearnerSpec.computes_advantages`` / ``needs_episodes`` /
-``needs_groups``, ``ModelSamplerSpec.exact_payoffs``): one line a conflict, naming the keys, for
+``needs_groups``, ``ModelSamplerSpec.exact_payoffs`` / ``least_exploitable``): one line a conflict, naming the keys, for
 ``config check`` and the start of a run."""
 
 from __future__ import annotations
@@ -76,13 +76,24 @@ def colocate_problems(cfg: RunConfig, resolved: Resolved, source: str) -> list[s
 
 
 def payoff_problems(cfg: RunConfig, resolved: Resolved, source: str) -> list[str]:
-    """A model sampler that reads exact payoffs (``ModelSamplerSpec.exact_payoffs``): every
-    training env's provider offers them and the trained model's backend scores completions."""
+    """A model sampler that reads exact payoffs or least exploitable mixtures
+    (``ModelSamplerSpec.exact_payoffs`` / ``least_exploitable``): every training env's provider
+    computes exact figures and the trained model's backend scores completions; a least exploitable
+    mixture is of one game, so there is one training env."""
     sampler = resolved.get("model_sampler")
-    if sampler is None or sampler[0].exact_payoffs is None or not sampler[0].exact_payoffs(sampler[1]):
+    if sampler is None:
         return []
-    what = f"{source}: {_name(resolved, 'model_sampler')} reads exact payoffs between checkpoints"
+    spec, options = sampler
+    payoffs = spec.exact_payoffs is not None and spec.exact_payoffs(options)
+    least = spec.least_exploitable is not None and spec.least_exploitable(options)
+    if not (payoffs or least):
+        return []
+    reads = "exact payoffs between checkpoints" if payoffs else "the least exploitable mixture of checkpoints"
+    what = f"{source}: {_name(resolved, 'model_sampler')} reads {reads}"
     problems = []
+    if least and len(cfg.train_envs) != 1:
+        problems.append(f"{source}: {_name(resolved, 'model_sampler')} reads the least exploitable mixture of checkpoints "
+                        f"on one game: train_envs has {len(cfg.train_envs)}")
     for env in cfg.train_envs:
         name = env_provider_of(env.env_id, cfg.env.name)
         provider = resolved.get("env" if name == cfg.env.name else f"env_providers.{name}")

@@ -88,6 +88,15 @@ class LeagueHandle(StatefulRole, Protocol):
         """``uid``'s exact expected reward against each of the others (a sampler's ``exact_payoffs``)."""
         ...
 
+    async def least_exploitable_members(self) -> list[ModelRef]:
+        """The models whose least exploitable mixture the model sampler reads now (a sampler's
+        ``least_exploitable``); [] for none."""
+        ...
+
+    async def record_least_exploitable(self, uids: list[str], weights: list[float]) -> None:
+        """The weights of the least exploitable mixture of ``uids``."""
+        ...
+
     async def mixtures(self, names: Sequence[str]) -> dict[str, list[tuple[ModelRef, float]]]:
         """The population's mixtures by name ('uniform': every checkpoint alike; 'meta': the model
         sampler's, when it keeps one) as (model, weight) lists."""
@@ -124,6 +133,11 @@ class RolloutHandle(Protocol):
     async def expected_payoffs(self, row: ModelRef, columns: list[ModelRef], envs: list[EnvSpec]) -> list[float]:
         """``row``'s exact expected reward against each of ``columns``, the mean over ``envs``
         (their providers offer ``ExactPayoffs``)."""
+        ...
+
+    async def least_exploitable_mixture(self, members: list[ModelRef], env: EnvSpec) -> list[float]:
+        """The weights of the least exploitable mixture of ``members`` on ``env`` (its provider
+        offers ``LeastExploitable``)."""
         ...
 
     async def sleep(self) -> None:

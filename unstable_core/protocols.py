@@ -80,6 +80,17 @@ class ExactPayoffs(Protocol):
 
 
 @runtime_checkable
+class LeastExploitable(Protocol):
+    """What an env provider that finds the least exploitable mixture of policies offers (model
+    samplers whose record declares ``least_exploitable``: psro's ``meta_solver = "least"``)."""
+
+    def least_exploitable_mixture(self, env: EnvSpec, members: list[ActionProbabilities]) -> list[float]:
+        """The weights (summing to 1) of the mixture of ``members``, one drawn per game, with the
+        lowest exploitability on ``env``."""
+        ...
+
+
+@runtime_checkable
 class EnvSampler(Protocol):
     def sample(self, envs: Sequence[EnvSpec], rng: random.Random) -> EnvSpec:
         """Pick the environment of the next training game."""
@@ -97,8 +108,11 @@ class Registry(Protocol):
     model first), ``active_checkpoints(limit)`` those still in the pool, and
     ``match_count(a, b)`` / ``head_to_head(a, b)`` the games two uids played against each other
     and (wins of a, draws, wins of b), ``mean_reward(a, b)`` a's mean reward in those games
-    (None if none), and ``exact_payoff(a, b)`` a's exact expected reward against b (None unless
-    the run computes them: a sampler whose record declares ``exact_payoffs``). Samplers only read it; the league counts the games."""
+    (None if none), ``exact_payoff(a, b)`` a's exact expected reward against b (None unless
+    the run computes them: a sampler whose record declares ``exact_payoffs``), and
+    ``least_exploitable(uids)`` the weights of the least exploitable mixture of those models (None
+    unless the run computed it for exactly them: a sampler whose record declares
+    ``least_exploitable`` names them, ``LeastExploitableSampler``). Samplers only read it; the league counts the games."""
 
     entries: dict[str, Any]
 
@@ -121,6 +135,8 @@ class Registry(Protocol):
 
     def exact_payoff(self, a: str, b: str) -> float | None: ...
 
+    def least_exploitable(self, uids: list[str]) -> list[float] | None: ...
+
 
 @runtime_checkable
 class ModelSampler(Protocol):
@@ -136,6 +152,17 @@ class PopulationMixture(Protocol):
 
     def mixture(self) -> dict[str, float]:
         """uid -> probability of the mixture it draws from now (empty before it has one)."""
+        ...
+
+
+@runtime_checkable
+class LeastExploitableSampler(Protocol):
+    """A model sampler that reads the least exploitable mixture of some of the population
+    (``registry.least_exploitable``; its record declares ``least_exploitable``)."""
+
+    def least_exploitable_members(self, registry: Registry) -> list[str]:
+        """The uids whose least exploitable mixture the run should compute now (after a new
+        checkpoint's exact payoffs are recorded); [] for none."""
         ...
 
 

@@ -185,6 +185,19 @@ def test_a_tiny_model_can_warm_start_on_an_openspiel_agent():
         TinySpec.parse("tiny?sft_backend=nope").check_agents()
 
 
+def psro_run(tiny, run, sampler):
+    """Four updates of the Kuhn example from ``tiny`` with ``sampler`` (a checkpoint every two):
+    the league's registry state at the end."""
+    overrides = [f'model.model="{tiny}"', "training.learning_steps=4", "training.save_every=2", "training.eval_every=0",
+                 "training.batch_size=64", "learner.lr=1e-2", 'collection.mode="sync"', "trackers=[]", sampler,
+                 'reward.sampling=[{name="normalize"}, {name="scale-negative", scale=0.0}]']
+    examples = __import__("pathlib").Path(__file__).resolve().parents[3] / "examples"
+    result = unstable_core.run(examples / "openspiel-kuhn-tiny.toml", run_dir=run, overrides=overrides)
+    assert result.status == "completed" and result.learner_steps == 4
+    latest = json.loads((run / "state" / "latest").read_text())["path"]
+    return json.loads((run / "state" / latest / "state.json").read_text())["state"]["league"]["registry"]
+
+
 def test_psro_on_exact_payoffs_reads_what_the_checkpoints_win_against_each_other(tiny, tmp_path):
     """psro's payoff = "exact" on Kuhn poker: with every checkpoint the run computes its exact
     expected chips against each earlier one (through the rollout role's backend); they are what
@@ -195,16 +208,8 @@ def test_psro_on_exact_payoffs_reads_what_the_checkpoints_win_against_each_other
     from unstable_openspiel.exploit import from_run_dir, served_probabilities
     from unstable_population.meta import nash_mixture
 
-    overrides = [f'model.model="{tiny}"', "training.learning_steps=4", "training.save_every=2", "training.eval_every=0",
-                 "training.batch_size=64", "learner.lr=1e-2", 'collection.mode="sync"', "trackers=[]",
-                 'model_sampler={name="psro", payoff="exact"}',
-                 'reward.sampling=[{name="normalize"}, {name="scale-negative", scale=0.0}]']
-    examples = __import__("pathlib").Path(__file__).resolve().parents[3] / "examples"
-    result = unstable_core.run(examples / "openspiel-kuhn-tiny.toml", run_dir=tmp_path / "run", overrides=overrides)
-    assert result.status == "completed" and result.learner_steps == 4
     run = tmp_path / "run"
-    latest = json.loads((run / "state" / "latest").read_text())["path"]
-    registry = json.loads((run / "state" / latest / "state.json").read_text())["state"]["league"]["registry"]
+    registry = psro_run(tiny, run, 'model_sampler={name="psro", payoff="exact"}')
     recorded = {(a, b): v for a, b, v in registry["payoffs"]}
     assert set(recorded) == {("base", "ckpt-2"), ("base", "ckpt-4"), ("ckpt-2", "ckpt-4")}
     system = get_plugin_system()
@@ -238,3 +243,33 @@ def test_psro_on_exact_payoffs_reads_what_the_checkpoints_win_against_each_other
     assert least["exploitability"] <= min(meta.exploitability, uniform.exploitability) + 1e-9
     again = policies.mixture_metrics(KUHN, {}, [(w, scored[uid]) for uid, w in least["members"].items()])
     assert again["exploitability"] == pytest.approx(least["exploitability"], abs=1e-9)
+
+
+def test_psro_with_the_least_meta_solver_draws_from_the_members_least_exploitable_mixture(tiny, tmp_path):
+    """psro's meta_solver = "least" on Kuhn poker: after each checkpoint the run computes its
+    members' least exploitable mixture (through the rollout role's backend); at the recorded
+    weights the served checkpoints' mixture is as exploitable as an independent solve says, and
+    no member, nor their uniform mixture, is less."""
+    pytest.importorskip("unstable_population")
+    from unstable_core import get_plugin_system
+    from unstable_openspiel import policies
+    from unstable_openspiel.exploit import from_run_dir, served_probabilities
+    from unstable_openspiel.least_exploitable import least_exploitable
+
+    run = tmp_path / "run"
+    least = psro_run(tiny, run, 'model_sampler={name="psro", payoff="exact", meta_solver="least"}')["least"]
+    members, weights = least["members"], least["weights"]
+    assert members == ["base", "ckpt-2", "ckpt-4"] and sum(weights) == pytest.approx(1.0)
+    system = get_plugin_system()
+    scored = {uid: served_probabilities(from_run_dir(run, KUHN, uid, None), KUHN, {}, 100, system) for uid in members}
+    tables = [policies.extract(KUHN, {}, scored[uid]).policy for uid in members]
+    _, floor = least_exploitable(KUHN, {}, tables)
+    at_weights = policies.mixture_metrics(KUHN, {}, [(w, scored[uid]) for uid, w in zip(members, weights, strict=True)])
+    assert at_weights["exploitability"] == pytest.approx(floor, abs=1e-7)
+    alone = [policies.metrics(KUHN, {}, scored[uid])["exploitability"] for uid in members]
+    uniform = policies.mixture_metrics(KUHN, {}, [(1 / 3, scored[uid]) for uid in members])["exploitability"]
+    assert floor <= min(*alone, uniform) + 1e-9
+    assert max(alone) - floor > 1e-3  # the members differ: the solve had something to choose
+    # the mixture psro drew from last: the least exploitable one of the members by then
+    mixture = json.loads((run / "registry.json").read_text())["mixture"]
+    assert list(mixture) in (members, members[:2])

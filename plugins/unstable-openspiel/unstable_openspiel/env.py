@@ -115,6 +115,14 @@ class OpenSpielProvider:
         return policies.expected_payoffs(env.env_id, env.kwargs, by_label(row), [by_label(c) for c in columns],
                                          self.options.max_info_states)
 
+    def least_exploitable_mixture(self, env: EnvSpec, members: list[ActionProbabilities]) -> list[float]:
+        """The weights of the least exploitable mixture of the members, one drawn per game (a
+        sequence-form linear program, ``least_exploitable``; psro's ``meta_solver = "least"``)."""
+        from .least_exploitable import least_exploitable
+
+        tables = [policies.extract(env.env_id, env.kwargs, by_label(m), self.options.max_info_states).policy for m in members]
+        return least_exploitable(env.env_id, env.kwargs, tables)[0]
+
 
 def by_label(probabilities: ActionProbabilities) -> policies.Probabilities:
     """The core's (observation, labels) -> probabilities as the extraction asks: {label: probability}."""

@@ -15,7 +15,8 @@ def unstable_model_samplers() -> list[ModelSamplerSpec]:
                          config=FictitiousOptions, factory=lambda o, ctx: FictitiousSampler(o)),
         ModelSamplerSpec(name="psro", summary="PSRO: opponents from the Nash mixture of the checkpoints' meta-game",
                          config=PSROOptions, factory=lambda o, ctx: PSROSampler(o),
-                         exact_payoffs=lambda o: o.payoff == "exact"),
+                         exact_payoffs=lambda o: o.payoff == "exact",
+                         least_exploitable=lambda o: o.meta_solver == "least"),
     ]
 
 

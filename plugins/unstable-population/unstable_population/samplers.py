@@ -9,7 +9,11 @@ recent ones; the *average* of the population is what converges.
 checkpoints form the empirical payoff matrix of a zero-sum meta-game; its Nash mixture (a linear
 program, ``meta.py``) is re-solved every ``resolve_every`` recorded games, and opponents are drawn
 from it (or, with ``spread``, from the best mixture in which every member has at least spread / n
-of the draws, so that the learner never faces one fixed checkpoint). A checkpoint enters the
+of the draws, so that the learner never faces one fixed checkpoint). With ``meta_solver = "least"``
+(exact payoffs) the mixture is instead the members' least exploitable one in the whole game, which
+the run computes after each checkpoint (the "least exploitable restricted distribution" of Anytime
+PSRO, McAleer et al. 2022): the Nash mixture of the restricted meta-game may be more exploitable
+than a mixture of the same members, and more so after a member joins. A checkpoint enters the
 meta-game once it has played ``entry_games`` games; until then it is drawn with probability
 ``explore`` so that it gets them.
 
@@ -25,7 +29,7 @@ from __future__ import annotations
 import random
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from unstable_core import EnvSpec, ModelRef
 
@@ -108,6 +112,19 @@ class PSROOptions(BaseModel):
     explore: float = Field(
         0.1, ge=0, le=1, description="Probability that a seat gets a checkpoint not yet in the meta-game (so that it plays its entry games)."
     )
+    meta_solver: Literal["nash", "least"] = Field(
+        "nash", description="The mixture of the members opponents are drawn from: 'nash', the meta-game's Nash mixture; "
+        "'least', the members' least exploitable mixture in the whole game (Anytime PSRO's; needs payoff = 'exact' and an "
+        "env provider that computes it: openspiel), which the run computes after each checkpoint."
+    )
+
+    @model_validator(mode="after")
+    def _least_needs_exact(self) -> PSROOptions:
+        if self.meta_solver == "least" and self.payoff != "exact":
+            raise ValueError("meta_solver = 'least' needs payoff = 'exact' (the members' exact policies)")
+        if self.meta_solver == "least" and self.spread:
+            raise ValueError("spread applies to the Nash mixture only; with meta_solver = 'least' leave it 0")
+        return self
 
 
 class PSROSampler:
@@ -119,8 +136,16 @@ class PSROSampler:
         self.solved_at: int | None = None  # total games recorded at the last solution
 
     def mixture(self) -> dict[str, float]:
-        """The meta-game's Nash mixture: uid -> probability."""
+        """The meta-game's Nash mixture (or least exploitable one): uid -> probability."""
         return dict(zip(self.members, self.weights, strict=True))
+
+    def least_exploitable_members(self, registry: Any) -> list[str]:
+        """With ``meta_solver = "least"``, the members whose least exploitable mixture the run
+        computes after each checkpoint (``LeastExploitableSampler``): [] when they have one."""
+        if self.options.meta_solver != "least" or registry.current is None:
+            return []
+        members = self.candidates(registry, registry.current)
+        return members if len(members) > 1 and registry.least_exploitable(members) is None else []
 
     def candidates(self, registry: Any, anchor: ModelRef) -> list[str]:
         """The checkpoints the meta-game is played among: those with entry_games games, or with
@@ -133,6 +158,14 @@ class PSROSampler:
 
     def solve(self, registry: Any, anchor: ModelRef) -> None:
         members = self.candidates(registry, anchor)
+        if self.options.meta_solver == "least" and len(members) > 1:
+            least = registry.least_exploitable(members)
+            if least is None and self.members:  # the run computes it right after the payoffs: until then the last one
+                return
+            if least is not None:
+                self.members, self.weights, self.draws = members, least, list(least)
+                self.solved_at = total_games(registry)
+                return
         self.members = members
         matrix = payoff_matrix(members, registry, self.options.payoff)
         self.weights = nash_mixture(matrix) if len(members) > 1 else [1.0]
@@ -144,7 +177,10 @@ class PSROSampler:
         if self.solved_at is None or any(uid not in registry.entries for uid in self.members):
             return True
         if self.options.payoff == "exact":  # exact payoffs change only when a checkpoint's are computed
-            return self.candidates(registry, anchor) != self.members
+            members = self.candidates(registry, anchor)
+            if self.options.meta_solver == "least" and members == self.members:  # ... or their least mixture
+                return registry.least_exploitable(members) not in (None, self.weights)
+            return members != self.members
         return total_games(registry) - self.solved_at >= self.options.resolve_every
 
     def sample(self, env: EnvSpec, anchor: ModelRef, num_seats: int, registry: Any, rng: random.Random) -> list[ModelRef]:

@@ -201,6 +201,10 @@ class Driver:
             others = [r for r in await run.roles.league.population() if r.uid != ref.uid]
             values = await run.roles.rollouts[0].expected_payoffs(ref, others, run.cfg.train_envs)
             await run.roles.league.record_payoffs(ref.uid, {r.uid: v for r, v in zip(others, values, strict=True)})
+        members = await run.roles.league.least_exploitable_members()  # the sampler reads their least exploitable mixture
+        if members:
+            weights = await run.roles.rollouts[0].least_exploitable_mixture(members, run.cfg.train_envs[0])
+            await run.roles.league.record_least_exploitable([m.uid for m in members], weights)
         run.out.write_json("registry.json", await run.roles.league.snapshot())
         run.system.call_lifecycle("unstable_checkpoint_saved", ctx=CheckpointContext(run_dir=run.run_dir, checkpoint=ckpt))
 

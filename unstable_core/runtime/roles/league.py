@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...basemodel import trusted
 from ...errors import ComponentError
-from ...protocols import PopulationMixture
+from ...protocols import LeastExploitableSampler, PopulationMixture
 from ...state import load_into, rng_state, set_rng_state, state_of
 from ...types import Checkpoint, CheckpointContext, EnvSpec, GameEndContext, GameResult, GameSpec, ModelRef
 from ..building import Builder, guarded
@@ -42,6 +42,8 @@ class League:
         self.model_sampler = builder.build("model_sampler")
         sampler = builder.spec("model_sampler")  # does it read exact payoffs between checkpoints?
         self.exact_payoffs = bool(sampler.exact_payoffs is not None and sampler.exact_payoffs(builder.options("model_sampler")))
+        self.least_exploitable = bool(sampler.least_exploitable is not None
+                                      and sampler.least_exploitable(builder.options("model_sampler")))
         self.rater = builder.build("rater")
         self.labels = {key: builder.label(key) for key in ("env_sampler", "model_sampler", "rater")}
         self.listeners = builder.listeners
@@ -197,6 +199,24 @@ class League:
         """``uid``'s exact expected reward against each of the others (``exact_payoffs``)."""
         for other, value in payoffs.items():
             self.registry.record_payoff(uid, other, value)
+
+    async def least_exploitable_members(self) -> list[ModelRef]:
+        """The models whose least exploitable mixture the model sampler reads now
+        (``ModelSamplerSpec.least_exploitable``); [] when it reads none."""
+        if not self.least_exploitable:
+            return []
+        label = self.labels["model_sampler"]
+        if not isinstance(self.model_sampler, LeastExploitableSampler):
+            raise ComponentError(f"{label} declares least_exploitable but has no least_exploitable_members()")
+        uids = guarded(label, "least_exploitable_members", self.model_sampler.least_exploitable_members, self.registry)
+        unknown = [uid for uid in uids if uid not in self.registry.entries]
+        if unknown:
+            raise ComponentError(f"{label}: least_exploitable_members returned {unknown!r}, not models of the registry")
+        return [self.registry.get(uid).ref for uid in uids]
+
+    async def record_least_exploitable(self, uids: list[str], weights: list[float]) -> None:
+        """The weights of the least exploitable mixture of ``uids`` (``registry.least_exploitable``)."""
+        self.registry.record_least_exploitable(uids, weights)
 
     async def current(self) -> ModelRef | None:
         return self.registry.current

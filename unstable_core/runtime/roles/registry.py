@@ -70,6 +70,8 @@ class ModelRegistry:
         self.pairs: dict[tuple[str, str], PairStats] = {}
         #: (uid_a, uid_b) with uid_a < uid_b -> a's exact expected reward against b (when computed)
         self.payoffs: dict[tuple[str, str], float] = {}
+        #: the last least exploitable mixture computed: (its members' uids, their weights)
+        self.least: tuple[list[str], list[float]] | None = None
         self._fixed: list[ModelRef] | None = None
 
     # -- membership ---------------------------------------------------------------------------
@@ -194,6 +196,15 @@ class ModelRegistry:
         value = self.payoffs.get(self.pair_key(a, b))
         return None if value is None else value if a < b else -value
 
+    def record_least_exploitable(self, uids: list[str], weights: list[float]) -> None:
+        """The weights of the least exploitable mixture of ``uids`` (kept until the next one)."""
+        self.least = (list(uids), [float(w) for w in weights])
+
+    def least_exploitable(self, uids: list[str]) -> list[float] | None:
+        """The weights of the least exploitable mixture of ``uids``, when the last one computed
+        was of exactly these models (None otherwise)."""
+        return list(self.least[1]) if self.least is not None and self.least[0] == list(uids) else None
+
     # -- snapshot -------------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
         return {
@@ -212,6 +223,7 @@ class ModelRegistry:
                         for e in self.entries.values()],
             "pairs": [[a, b, p.games, p.draws, p.wins_a, p.wins_b, p.reward_a, p.reward_b] for (a, b), p in self.pairs.items()],
             "payoffs": [[a, b, v] for (a, b), v in self.payoffs.items()],
+            "least": None if self.least is None else {"members": self.least[0], "weights": self.least[1]},
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -223,6 +235,8 @@ class ModelRegistry:
         # a snapshot written before the reward sums holds six values a pair
         self.pairs = {(a, b): PairStats(*counts) for a, b, *counts in state["pairs"]}
         self.payoffs = {(a, b): float(v) for a, b, v in state.get("payoffs", [])}
+        least = state.get("least")
+        self.least = None if least is None else (list(least["members"]), [float(w) for w in least["weights"]])
         self._fixed = None
 
     def write(self, path: str | os.PathLike[str]) -> None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...config import env_provider_of
 from ...errors import PluginError, RunFailed
-from ...protocols import ActionProbabilities, ExactPayoffs, MixtureMetrics, PolicyMetrics
+from ...protocols import ActionProbabilities, ExactPayoffs, LeastExploitable, MixtureMetrics, PolicyMetrics
 from ...types import Checkpoint, EnvSpec, GameResult, GameSpec, GenerationRequest, ModelRef
 from ..building import Builder, guarded
 from ..game.eager import eager
@@ -163,6 +163,20 @@ class Rollout:
                                             self.action_probabilities(row, env), [self.action_probabilities(c, env) for c in columns])
             totals = [t + float(v) for t, v in zip(totals, found, strict=True)]
         return [t / max(len(envs), 1) for t in totals]
+
+    async def least_exploitable_mixture(self, members: list[ModelRef], env: EnvSpec) -> list[float]:
+        """The weights of the least exploitable mixture of ``members`` on ``env`` (a model
+        sampler's ``least_exploitable``). Computed in a worker thread: games go on."""
+        provider = self.metrics_provider(env, members)
+        label = self.provider_label(env)
+        if not isinstance(provider, LeastExploitable):
+            raise PluginError(f"{label} offers no least_exploitable_mixture() (the LeastExploitable protocol)")
+        weights = await asyncio.to_thread(guarded, label, "least_exploitable_mixture", provider.least_exploitable_mixture,
+                                          env, [self.action_probabilities(m, env) for m in members])
+        weights = [float(w) for w in weights]
+        if len(weights) != len(members) or min(weights, default=0.0) < -1e-9 or abs(sum(weights) - 1.0) > 1e-6:
+            raise PluginError(f"{label}: least_exploitable_mixture returned {weights!r}; expected {len(members)} weights summing to 1")
+        return weights
 
     def provider_label(self, env: EnvSpec) -> str:
         name = env_provider_of(env.env_id, self.default_env)
