@@ -51,7 +51,9 @@ def run_model(run_dir: str | Path, uid: str) -> ModelRef:
         return ModelRef(uid="base", kind="base", backend=backend, model=model)
     names = checkpoint_uids(root)
     if uid not in names:
-        raise UnstableError(f"{run_dir}: no checkpoint {uid!r} (it has {', '.join(names) or 'none'}; 'base' is the model before training)")
+        shown = names if len(names) <= 8 else [*names[:3], f"... {len(names) - 6} more ...", *names[-3:]]
+        raise UnstableError(f"{run_dir}: no checkpoint {uid!r} (it has {', '.join(shown) or 'none'}; 'base' is the model "
+                            "before training)")
     return ModelRef(uid=uid, kind="checkpoint", backend=backend, model=model, adapter_path=str(root / "checkpoints" / uid),
                     version=int(uid.split("-")[-1]))
 
