@@ -121,7 +121,7 @@ class OpenSpielProvider:
         from .least_exploitable import least_exploitable
 
         tables = [policies.extract(env.env_id, env.kwargs, by_label(m), self.options.max_info_states).policy for m in members]
-        return least_exploitable(env.env_id, env.kwargs, tables)[0]
+        return least_exploitable(env.env_id, env.kwargs, tables, self.options.max_info_states)[0]
 
 
 def by_label(probabilities: ActionProbabilities) -> policies.Probabilities:
