@@ -146,6 +146,12 @@ class EnvProviderSpec(ComponentSpec):
         "protocol): exact figures of a policy on a game, e.g. its exploitability, from the probability of each legal "
         "action's answer in each information state (`collection.eval_policy_metrics`).",
     )
+    check_least_exploitable: Callable[[EnvSpec, BaseModel], None] | None = Field(
+        None,
+        description="check_least_exploitable(env, options): raise ValueError for an environment whose least exploitable "
+        "mixture (the LeastExploitable protocol) the provider cannot compute, e.g. a game that is not zero-sum or too "
+        "large; called by `unstable config check` and before a run whose model sampler reads that mixture starts.",
+    )
 
 
 class EnvSamplerSpec(ComponentSpec):

@@ -99,6 +99,12 @@ def payoff_problems(cfg: RunConfig, resolved: Resolved, source: str) -> list[str
         provider = resolved.get("env" if name == cfg.env.name else f"env_providers.{name}")
         if provider is not None and not provider[0].policy_metrics:
             problems.append(f"{what}: env provider {provider[0].name!r} of {env.env_id} computes none (an exact game's: openspiel)")
+        elif least and provider is not None and provider[0].check_least_exploitable is not None:
+            try:
+                provider[0].check_least_exploitable(env, provider[1])
+            except ValueError as exc:
+                problems.append(f"{source}: {_name(resolved, 'model_sampler')} reads the least exploitable mixture of "
+                                f"checkpoints: {exc}")
     inference = resolved.get("inference")
     if inference is not None and not inference[0].scores_completions:
         problems.append(f"{what}: inference {inference[0].name!r} scores no completions (scores_completions), so no "

@@ -9,13 +9,14 @@ from unstable_core import EnvProviderSpec, InferenceSpec, hookimpl
 
 from .agents import AgentModelOptions, AgentOptions, OpenSpielAgents, check_spec
 from .env import OpenSpielOptions, OpenSpielProvider, check_env
+from .least_exploitable import check_env_solvable
 
 
 @hookimpl
 def unstable_envs() -> list[EnvProviderSpec]:
     return [EnvProviderSpec(name="openspiel", summary="OpenSpiel's two-player games by name (kuhn_poker, leduc_poker, ...)",
                             config=OpenSpielOptions, factory=lambda o, ctx: OpenSpielProvider(o), check_env=check_env,
-                            policy_metrics=True)]
+                            policy_metrics=True, check_least_exploitable=check_env_solvable)]
 
 
 @hookimpl
