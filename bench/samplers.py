@@ -3,7 +3,7 @@ OpenSpiel game, exploitability by OpenSpiel at each evaluation and of the popula
 
     python bench/samplers.py [--quick] [--seeds 3] [--steps 80] [--samplers mirror random fictitious psro psro-exact psro-phase psro-least]
                              [--config examples/openspiel-kuhn-tiny.toml] [--set key=value ...] [--out DIR] [--jobs N]
-    python bench/samplers.py --from DIR      # the table of runs kept with --out
+    python bench/samplers.py --from DIR [--floor]     # the table of runs kept with --out
 
 Each run is the config (default: the main job's recipe on openspiel/kuhn_poker) with the sampler
 swapped in, `collection.eval_policy_metrics` on and an evaluation every `--steps / 4` updates.
@@ -13,6 +13,9 @@ output) and, for psro, of its meta mixture (`collection.eval_mixtures`), with th
 played by then and the wall time. `--quick`: one seed, 20 updates, evaluations of 100 games.
 `--jobs N` runs N of them at once, each in its own process (a run of the tiny model keeps about
 one core busy: its games' generation is one thread), with OMP_NUM_THREADS=1 unless set.
+`--floor` adds, per sampler, the least exploitable mixture of each run's checkpoints at its end
+(`unstable exploitability RUN_DIR --mixture least`: a floor for any mixture of the population,
+not a sampler's output; two-player zero-sum games, a minute or two a run on Kuhn).
 Needs unstable-openspiel, unstable-population, unstable-hf.
 """
 
@@ -62,14 +65,21 @@ def read_run(run_dir: Path) -> dict:
             segments.append(0.0)
         segments[-1] = max(segments[-1], r.get("time", 0.0))
     wall = sum(segments)
-    env = records[0]["config"]["train_envs"][0]["env_id"]
+    env, params = records[0]["config"]["train_envs"][0]["env_id"], records[0]["config"]["train_envs"][0].get("kwargs") or {}
     evals = {r["step"]: r for r in records if r["type"] == "eval" and "exploitability" in r["policy"]}
     trained = {r["step"]: sum(t["games"] for t in r["envs"].get("train", {}).values()) for r in records if r["type"] == "summary"}
     curves = {"latest": {s: r["policy"]["exploitability"] for s, r in evals.items()}}
     for name in ("uniform", "meta"):
         curves[name] = {s: r["mixtures"][name]["exploitability"] for s, r in evals.items() if name in r.get("mixtures", {})}
     games_at = {s: max([g for t, g in trained.items() if t <= s], default=0) for s in evals}
-    return {"env": env, "curves": curves, "games": games_at, "wall": wall}
+    return {"env": env, "curves": curves, "games": games_at, "wall": wall, "run_dir": run_dir, "params": params}
+
+
+def least_mixture(run: dict) -> float:
+    """The exploitability of the least exploitable mixture of the run's checkpoints (unstable-openspiel)."""
+    from unstable_openspiel.exploit import mixture_exploitability
+
+    return mixture_exploitability(str(run["run_dir"]), run["env"], "least", run["params"]).exploitability
 
 
 def spread(values: list[float]) -> str:
@@ -87,6 +97,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="keep the runs here (SAMPLER-SEED); default: a temporary folder")
     parser.add_argument("--jobs", type=int, default=1, help="runs at once, each in its own process")
     parser.add_argument("--quick", action="store_true", help="one seed, 20 updates, 100-game evaluations")
+    parser.add_argument("--floor", action="store_true",
+                        help="also the least exploitable mixture of each run's checkpoints at its end (a floor, not an output)")
     parser.add_argument("--from", dest="read", type=Path, default=None,
                         help="run nothing: the table of the runs already in this folder (SAMPLER-SEED, as --out keeps them)")
     args = parser.parse_args()
@@ -131,6 +143,9 @@ def main() -> None:
                 print(f"{'':<11}{name:<9}" + "".join(f"{c:>28}" for c in cells))
                 last = [r["curves"][name][steps[-1]] for r in runs if steps[-1] in r["curves"][name]]
                 ends += [statistics.fmean(last)] if len(last) == len(runs) else []
+        if args.floor:
+            floors = [least_mixture(r) for r in runs]
+            print(f"{'':<11}{'least':<9}{spread(floors):>28} at the end (a floor: " + " / ".join(f"{f:.4f}" for f in floors) + ")")
         final[sampler] = min(ends)
     best = min(final, key=final.__getitem__)
     mirror = statistics.fmean(r["curves"]["latest"][steps[-1]] for r in results["mirror"]) if "mirror" in results else float("nan")
