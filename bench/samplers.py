@@ -82,6 +82,14 @@ def least_mixture(run: dict) -> float:
     return mixture_exploitability(str(run["run_dir"]), run["env"], "least", run["params"]).exploitability
 
 
+def check_floor(env_id: str, params: dict) -> None:
+    """UnstableError, naming the game, unless --floor can be computed for it (a two-player zero-sum
+    OpenSpiel game small enough for the linear program)."""
+    from unstable_openspiel.least_exploitable import check_solvable
+
+    check_solvable(env_id, params)
+
+
 def spread(values: list[float]) -> str:
     return f"{statistics.fmean(values):.4f} [{min(values):.4f}-{max(values):.4f}]" if values else "-"
 
@@ -108,6 +116,13 @@ def main() -> None:
         parser.error(f"--from: {args.read} is not a folder of kept runs (bench/samplers.py --out DIR)")
     if args.quick:
         args.seeds, args.steps, args.games = 1, 20, 100
+    try:
+        if args.floor and args.read is None:  # before the runs, not after them
+            config = unstable_core.load_config(args.config, args.extra)
+            env = (config.train_envs or config.eval_envs)[0]
+            check_floor(env.env_id, env.kwargs or {})
+    except unstable_core.UnstableError as exc:
+        parser.exit(2, f"--floor: {exc}\n")
     results: dict[str, list[dict]] = {}
     if args.read is not None:
         for run_dir in sorted(args.read.iterdir()):
@@ -144,7 +159,10 @@ def main() -> None:
                 last = [r["curves"][name][steps[-1]] for r in runs if steps[-1] in r["curves"][name]]
                 ends += [statistics.fmean(last)] if len(last) == len(runs) else []
         if args.floor:
-            floors = [least_mixture(r) for r in runs]
+            try:
+                floors = [least_mixture(r) for r in runs]
+            except unstable_core.UnstableError as exc:
+                parser.exit(2, f"--floor: {exc}\n")
             print(f"{'':<11}{'least':<9}{spread(floors):>28} at the end (a floor: " + " / ".join(f"{f:.4f}" for f in floors) + ")")
         final[sampler] = min(ends)
     best = min(final, key=final.__getitem__)
