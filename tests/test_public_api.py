@@ -9,8 +9,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PRIVATE_PACKAGES = ("unstable_core.builtin", "unstable_core.runtime")
-PLUGIN_FILES = sorted(p for folder in ("plugins", "contrib") for p in (ROOT / folder).rglob("*.py"))
 TREE_FILES = sorted(p for p in ROOT.rglob("*.py") if not {".git", "build", ".venv", "venv"} & set(p.relative_to(ROOT).parts))
+PLUGIN_FILES = [p for p in TREE_FILES if p.relative_to(ROOT).parts[0] in ("plugins", "contrib")]  # not the copies in build/
 DUNDERS = {"__version__", "__future__", "__all__"}
 
 

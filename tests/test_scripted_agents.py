@@ -53,6 +53,7 @@ def test_invalid_move_detected_and_allowance_configurable():
     game.observe()
     assert game.step("[banana]") == (False, True)
     assert game.step("[99]") == (True, True)
+    game.close()  # an open game keeps the random module's stand-ins in place (global_random)
 
 
 def test_greedy_wins_and_blocks():
