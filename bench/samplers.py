@@ -82,14 +82,6 @@ def least_mixture(run: dict) -> float:
     return mixture_exploitability(str(run["run_dir"]), run["env"], "least", run["params"]).exploitability
 
 
-def check_floor(env_id: str, params: dict) -> None:
-    """UnstableError, naming the game, unless --floor can be computed for it (a two-player zero-sum
-    OpenSpiel game small enough for the linear program)."""
-    from unstable_openspiel.least_exploitable import check_solvable
-
-    check_solvable(env_id, params)
-
-
 def spread(values: list[float]) -> str:
     return f"{statistics.fmean(values):.4f} [{min(values):.4f}-{max(values):.4f}]" if values else "-"
 
@@ -120,7 +112,9 @@ def main() -> None:
         if args.floor and args.read is None:  # before the runs, not after them
             config = unstable_core.load_config(args.config, args.extra)
             env = (config.train_envs or config.eval_envs)[0]
-            check_floor(env.env_id, env.kwargs or {})
+            from unstable_openspiel.least_exploitable import check_solvable
+
+            check_solvable(env.env_id, env.kwargs or {})  # a two-player zero-sum game small enough for the LP
     except unstable_core.UnstableError as exc:
         parser.exit(2, f"--floor: {exc}\n")
     results: dict[str, list[dict]] = {}
