@@ -1,7 +1,7 @@
 """Many LoRA adapters in the seats of the games in flight (a population sampler's opponents): one
 generate call per base model with the adapters mixed in it, against one call per adapter.
 
-    python bench/mixed_adapters.py [--games 96] [--repeat 2] [--quick] [--idle 0]
+    python bench/mixed_adapters.py [--games 96] [--repeat 2] [--quick] [--idle 0] [--device cpu|cuda]
 
 The workload is bench/generation.py's (KuhnPoker-v0-train with the kuhn-tiny model, the qwen3-zs
 template, 12 tokens at most per turn, 16 games in flight), with every seat of every game played
@@ -11,6 +11,7 @@ and seat. The two settings of the `hf` backend's `mixed_adapters` take turns, ea
 of --repeat runs: generation tokens/s and generate calls per request. `--idle N` loads N more
 adapters that play no game (a population's older checkpoints, resident with `max_loras` large):
 peft's own switching of adapters walks every resident one, the hooks of mixed adapters do not.
+`--device cuda` serves the games on the GPU (exit 2 with one line without one).
 
     summary: mixed_over_per_adapter_4=X mixed_over_per_adapter_16=Y
 
@@ -33,9 +34,13 @@ COUNTS = (1, 4, 16)
 def main() -> None:
     parser = games_parser(__doc__, games=96, repeat=2, quick=(32, 1))
     parser.add_argument("--idle", type=int, default=0, help="adapters resident besides those that play")
+    parser.add_argument("--device", default="cpu", help="where the backend serves: cpu or cuda")
     args = parse(parser)
     if args.idle < 0:
         parser.error(f"--idle: at least 0 (found {args.idle})")
+    from gpu_check import require_gpu
+
+    require_gpu(args.device)  # --device cuda without a GPU: one line, exit 2
 
     from unstable_core import Checkpoint, ModelRef, build_component, load_plugins
     from unstable_hf.inference import HFInference, HFInferenceOptions
@@ -53,7 +58,7 @@ def main() -> None:
     refs, idle = refs[: max(COUNTS)], refs[max(COUNTS) :]
     backends = {}
     for mixed in (False, True):
-        b = backends[mixed] = HFInference(HFInferenceOptions(device="cpu", max_tokens=12, temperature=1.0, batch_wait_ms=10,
+        b = backends[mixed] = HFInference(HFInferenceOptions(device=args.device, max_tokens=12, temperature=1.0, batch_wait_ms=10,
                                                              max_loras=len(refs) + len(idle), mixed_adapters=mixed, lora=lora))
         b.prepare(refs[0])
         for ref in idle:
@@ -79,7 +84,7 @@ def main() -> None:
     for k, (apart, apart_calls), (mixed, mixed_calls) in rows:
         print(f"{k:>8} {apart:>18.0f} {apart_calls:>10.2f} {mixed:>12.0f} {mixed_calls:>10.2f} {mixed / apart:>6.2f}")
     ratio = {k: mixed[0] / apart[0] for k, apart, mixed in rows}
-    print(f"summary: mixed_over_per_adapter_4={ratio[4]:.2f} mixed_over_per_adapter_16={ratio[16]:.2f} idle={args.idle}")
+    print(f"summary: mixed_over_per_adapter_4={ratio[4]:.2f} mixed_over_per_adapter_16={ratio[16]:.2f} idle={args.idle} device={args.device}")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""bench/gpu_check.py on a machine without a GPU: one line and exit status 2, before any work."""
+"""bench/gpu_check.py, and the benches that take --device cuda, on a machine without a GPU: one
+line and exit status 2, before any work."""
 
 import subprocess
 import sys
@@ -7,12 +8,15 @@ from pathlib import Path
 import pytest
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[3] / "bench" / "gpu_check.py"
+BENCH = Path(__file__).resolve().parents[3] / "bench"
+SCRIPT = BENCH / "gpu_check.py"
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: the check would run")
-def test_gpu_check_exits_2_with_one_line_without_a_gpu():
-    done = subprocess.run([sys.executable, str(SCRIPT), "--quick"], capture_output=True, text=True, timeout=120)
+@pytest.mark.parametrize("args", [["gpu_check.py", "--quick"], ["generation_memory.py", "--device", "cuda"],
+                                  ["mixed_adapters.py", "--quick", "--device", "cuda"]], ids=lambda a: a[0])
+def test_gpu_benches_exit_2_with_one_line_without_a_gpu(args):
+    done = subprocess.run([sys.executable, str(BENCH / args[0]), *args[1:]], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     lines = (done.stdout + done.stderr).strip().splitlines()
     assert len(lines) == 1, lines
