@@ -60,7 +60,8 @@ log = logging.getLogger("unstable.hf")
 class LoraLearner:
     """Base of learners on a LoRA causal LM: subclass it and write ``loss``.
 
-    ``update(batch)`` makes exactly one optimizer step: ``prepare(steps)`` once, the batch in
+    ``update(batch)`` makes one optimizer step (``epochs()`` steps for a learner that reuses its
+    batch): ``prepare(steps)`` once, the batch in
     ``chunks`` (``mini_batch_size`` steps, ``mini_batch_tokens`` tokens), ``loss(chunk,
     batch_size)`` each (so a loss divided by ``batch_size`` sums to the batch's mean), backward,
     the gradient norm clipped at ``grad_clip`` and logged before clipping, ``version`` + 1. Metrics: ``loss``, ``grad_norm``,
@@ -68,7 +69,7 @@ class LoraLearner:
     the loss's forwards computed), ``prefix_share`` (the share of the steps' tokens that prefix
     sharing did not recompute), ``prefix_segments`` (the share of chunks forwarded as
     cached-prefix segments), ``learner_tokens_per_s``, ``update_s``, what ``prepare`` returned
-    and the mean over chunks of every number ``loss`` reports. With ``prefix_layout = "auto"``
+    and the mean over chunks (of every pass) of every number ``loss`` reports. With ``prefix_layout = "auto"``
     the first chunks alternate between the two prefix-shared layouts, timed, and the faster is
     kept (``layout.py``)."""
 
@@ -83,6 +84,7 @@ class LoraLearner:
         self.optimizers = self.make_optimizers()
         self.optimizer = self.optimizers["policy"]
         self.version = 0
+        self.epoch = self.chunk_index = 0  # the pass over the batch and the chunk that ``loss`` computes
         self.counts: Counter[str] = Counter()
         self.prepared = StepValues()
         self.pair_weight = attention_pair_weight(self.model.config)
@@ -218,53 +220,77 @@ class LoraLearner:
             "update_s": elapsed,
         }
 
+    def epochs(self) -> int:
+        """Optimizer steps an update takes over its batch (default 1). A learner that reuses a
+        batch (PPO-style) returns more: each pass goes over the same chunks in the same layouts,
+        ``self.epoch`` and ``self.chunk_index`` say which pass and chunk ``loss`` is computing,
+        and the update's ``loss`` and ``grad_norm`` are the first pass's."""
+        return 1
+
     def update_shard(self, steps: list[Step], batch_size: int) -> dict[str, float]:
-        """One optimizer step from these steps, a shard of a batch of ``batch_size`` steps (the
-        whole batch, unless data-parallel: then every rank's gradients are summed before the
-        step, and so are the loss and token counts reported)."""
+        """The optimizer steps of one update from these steps, a shard of a batch of
+        ``batch_size`` steps (the whole batch, unless data-parallel: then every rank's gradients
+        are summed before each step, and so are the loss and token counts reported)."""
         if self.shared:  # neighbours share most: chunks cut along the tries
             steps = sorted(steps, key=lambda s: s.turn.prompt_token_ids + s.turn.completion_token_ids)
         self.model.train()
-        for optimizer in self.optimizers.values():
-            optimizer.zero_grad(set_to_none=True)
         prepared = self.prepare_batch(steps) if steps else {}
         self.counts.clear()
-        total = 0.0
+        chunks = self.chunks(steps)
+        layouts: list[str] = []
         sums: dict[str, float] = {}
-        chunks = segment_chunks = 0
-        for chunk in self.chunks(steps):
-            self.layout = self.layouts.next()
-            segment_chunks += self.layout == "segments"
-            chunk_start, tokens_before = time.perf_counter(), self.counts["sequence_tokens"]
-            loss, stats = self.loss(chunk, batch_size)
-            loss.backward()
-            self.layouts.record(self.layout, time.perf_counter() - chunk_start, self.counts["sequence_tokens"] - tokens_before)
-            total += float(loss.detach())
-            chunks += 1
-            for key, value in stats.items():
-                sums[key] = sums.get(key, 0.0) + float(value)
-        forward, sequence = self.counts["forward_tokens"], self.counts["sequence_tokens"]
+        first: dict[str, float] = {}
+        for epoch in range(self.epochs()):
+            self.epoch = epoch
+            for optimizer in self.optimizers.values():
+                optimizer.zero_grad(set_to_none=True)
+            total = 0.0
+            for index, chunk in enumerate(chunks):
+                self.chunk_index = index
+                if self.epoch == 0:
+                    layouts.append(self.layouts.next())
+                self.layout = layouts[self.chunk_index]
+                chunk_start, tokens_before = time.perf_counter(), self.counts["sequence_tokens"]
+                loss, stats = self.loss(chunk, batch_size)
+                loss.backward()
+                if self.epoch == 0:
+                    self.layouts.record(self.layout, time.perf_counter() - chunk_start, self.counts["sequence_tokens"] - tokens_before)
+                total += float(loss.detach())
+                for key, value in stats.items():
+                    sums[key] = sums.get(key, 0.0) + float(value)
+            norms = self.step_optimizers()
+            if self.epoch == 0:
+                first = {"loss": total, **norms, "forward_tokens": self.counts["forward_tokens"],
+                         "sequence_tokens": self.counts["sequence_tokens"]}
+        forward, sequence, total = first["forward_tokens"], first["sequence_tokens"], first["loss"]
+        if self.distributed:
+            total, forward, sequence = sum_numbers([total, forward, sequence], self.device)
+        self.model.eval()
+        self.version += 1
+        passes = max(1, len(chunks) * self.epochs())
+        return {
+            **{key: float(value) for key, value in prepared.items()},
+            **{key: value / passes for key, value in sums.items()},
+            **{key: value for key, value in first.items() if key.endswith("grad_norm")},
+            "loss": total,
+            "forward_tokens": float(forward),
+            "prefix_share": 1.0 - forward / max(1, sequence),
+            "prefix_segments": layouts.count("segments") / max(1, len(chunks)),
+        }
+
+    def step_optimizers(self) -> dict[str, float]:
+        """Sum the ranks' gradients (data-parallel), clip each optimizer's at ``grad_clip`` and
+        step it; the norms before clipping."""
         if self.distributed:
             for optimizer in self.optimizers.values():
                 sum_gradients([p for group in optimizer.param_groups for p in group["params"]])
-            total, forward, sequence = sum_numbers([total, forward, sequence], self.device)
         norms = {}
         for name, optimizer in self.optimizers.items():
             params = [p for group in optimizer.param_groups for p in group["params"]]
             norms["grad_norm" if name == "policy" else f"{name}_grad_norm"] = float(
                 torch.nn.utils.clip_grad_norm_(params, self.options.grad_clip))
             optimizer.step()
-        self.model.eval()
-        self.version += 1
-        return {
-            **{key: float(value) for key, value in prepared.items()},
-            **{key: value / chunks for key, value in sums.items()},
-            "loss": total,
-            **norms,
-            "forward_tokens": float(forward),
-            "prefix_share": 1.0 - forward / max(1, sequence),
-            "prefix_segments": segment_chunks / max(1, chunks),
-        }
+        return norms
 
     # -- checkpoints and state ---------------------------------------------------------------------
     def save_checkpoint(self, directory: str, uid: str) -> Checkpoint:

@@ -106,3 +106,20 @@ def test_a_worker_that_dies_before_the_rendezvous_is_one_error_not_a_hang(tiny_p
     with pytest.raises(UnstableError, match="rank 1 died while starting"):
         NotImportableLearner(options, tiny_path, seed=0)
     assert not torch.distributed.is_initialized()
+
+
+def test_ppo_passes_take_their_steps_on_every_rank(tiny_path):
+    """epochs = 3 with a clip: each pass's gradients are summed over the ranks before its step."""
+    data = batches(tiny_path, 2)
+    ppo = {"epochs": 3, "clip_ratio": 0.1}
+    one = learner(tiny_path, 1, **ppo)
+    for b in data:
+        one.update(b)
+    two = learner(tiny_path, 2, **ppo)
+    try:
+        for b in data:
+            two.update(b)
+    finally:
+        two.close()
+    assert max_diff(weights(two), weights(one)) < 1e-10
+    assert one.optimizer.state[one.params[0]]["step"] == 6

@@ -209,3 +209,72 @@ def test_gradient_checkpointing_gives_the_same_update(tiny_path):
     (l0, g0, p0), (l1, g1, p1) = results
     assert l0 == pytest.approx(l1, rel=1e-9) and g0 == pytest.approx(g1, rel=1e-9) and g0 > 0
     assert all(torch.allclose(a, b, atol=1e-10) for a, b in zip(p0, p1))
+
+
+def ppo_batches(tiny_path, n=2):
+    from transformers import AutoTokenizer
+
+    from unstable_hf.testing import self_play_steps
+
+    steps = self_play_steps(AutoTokenizer.from_pretrained(tiny_path), n=12 * n, seed=7)
+    return [Batch(steps=steps[12 * i : 12 * (i + 1)], learner_version=i) for i in range(n)]
+
+
+def lora_weights(lrn):
+    return {n: p.detach().clone() for n, p in lrn.trainable().items()}
+
+
+def test_one_epoch_with_a_clip_is_reinforce(tiny_path):
+    """At the first pass every ratio is 1: the clipped surrogate's gradient is REINFORCE's."""
+    common = {"dtype": "float64", "lr": 5e-3, "max_generation_len": 16, "mini_batch_size": 4}
+    plain, clipped = learner(tiny_path, **common), learner(tiny_path, **common, clip_ratio=0.2)
+    for batch in ppo_batches(tiny_path):
+        a, b = plain.update(batch), clipped.update(batch)
+        assert abs(a["grad_norm"] - b["grad_norm"]) < 1e-12 and a["grad_norm"] > 0
+        assert b["ratio_mean"] == 1.0 and b["clipped_frac"] == 0.0
+    wa, wb = lora_weights(plain), lora_weights(clipped)
+    assert max(float((wa[k] - wb[k]).abs().max()) for k in wa) < 1e-12
+
+
+def reference_ppo(lrn, batch, epochs, eps):
+    """PPO by hand on the whole batch in one padded forward: the surrogate written with
+    torch.where on which side of the clip each token is, AdamW stepped per pass."""
+    seqs = sequences(batch.steps, lrn.options.max_train_len)
+    old = None
+    for _ in range(epochs):
+        lrn.optimizer.zero_grad(set_to_none=True)
+        packed = pack(seqs, "cpu")
+        logp = lrn.policy.completion_logprobs(packed)
+        old = logp.detach() if old is None else old
+        adv = torch.tensor([s.reward for s in batch.steps], dtype=logp.dtype)[packed.rows]
+        ratio = torch.exp(logp - old)
+        past = ((adv > 0) & (ratio > 1 + eps)) | ((adv < 0) & (ratio < 1 - eps))
+        term = torch.where(past, (torch.where(adv > 0, 1 + eps, 1 - eps) * adv).to(logp.dtype), ratio * adv)
+        per_step = torch.zeros(len(batch.steps), dtype=logp.dtype).index_add(0, packed.rows, term)
+        (-(per_step / lrn.options.max_generation_len).sum() / len(batch.steps)).backward()
+        torch.nn.utils.clip_grad_norm_(lrn.params, lrn.options.grad_clip)
+        lrn.optimizer.step()
+
+
+def test_several_epochs_follow_a_hand_written_ppo_and_the_clip_binds(tiny_path):
+    common = {"dtype": "float64", "lr": 3e-2, "max_generation_len": 16, "prefix_sharing": False, "grad_clip": 100.0}
+    ppo = learner(tiny_path, **common, mini_batch_size=5, epochs=4, clip_ratio=0.05)
+    ref = learner(tiny_path, **common, mini_batch_size=64, epochs=4, clip_ratio=0.05)
+    loose = learner(tiny_path, **common, mini_batch_size=5, epochs=4, clip_ratio=0.95)
+    clipped_fracs = []
+    for batch in ppo_batches(tiny_path):
+        metrics = ppo.update(batch)
+        loose.update(batch)
+        reference_ppo(ref, batch, epochs=4, eps=0.05)
+        clipped_fracs.append(metrics["clipped_frac"])
+    assert ppo.version == 2  # a version per update, not per pass
+    assert ppo.optimizer.state[ppo.params[0]]["step"] == 8  # four optimizer steps an update
+    w, r, lw = lora_weights(ppo), lora_weights(ref), lora_weights(loose)
+    assert max(float((w[k] - r[k]).abs().max()) for k in w) < 1e-9
+    assert max(clipped_fracs) > 0.05  # the later passes moved tokens past the clip ...
+    assert max(float((w[k] - lw[k]).abs().max()) for k in w) > 1e-4  # ... and that changed the update
+
+
+def test_epochs_without_a_clip_are_refused_naming_both_keys():
+    with pytest.raises(ValueError, match=r"epochs = 3 .*clip_ratio"):
+        ReinforceOptions(epochs=3)
