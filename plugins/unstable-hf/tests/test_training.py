@@ -6,6 +6,7 @@ import torch
 
 from unstable_core import Batch, Step, Turn
 from unstable_hf.options import LearnerOptions
+from unstable_hf.testing import trainable_copy
 from unstable_hf.training import LoraLearner, Sequence, pack, sequences
 
 torch.set_num_threads(1)
@@ -79,7 +80,7 @@ def test_logprobs_with_the_adapter_on_and_off_match_a_plain_forward(tiny_path):
 def test_a_learner_written_as_its_loss_makes_one_step_per_update(tiny_path, tmp_path):
     L = learner(tiny_path, lr=1e-2, mini_batch_size=1)
     steps = [step([5, 6, 7], [9, 3], 1.0), step([8, 9], [10, 3], -1.0), step([4, 5], [6], 0.5)]
-    before = {n: p.detach().clone() for n, p in L.trainable().items()}
+    before = trainable_copy(L)
     metrics = L.update(Batch(steps=steps, learner_version=0))
     assert L.version == 1 and L.optimizer.state[L.params[0]]["step"] == 1  # three chunks, one step
     assert all(isinstance(v, float) for v in metrics.values()) and metrics["x"] == 1.0

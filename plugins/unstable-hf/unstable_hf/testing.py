@@ -110,6 +110,26 @@ def self_play_steps(tokenizer: Any, env_id: str = "KuhnPoker-v0-train", n: int =
     return steps[:n]
 
 
+def self_play_batches(tokenizer: Any, batches: int, size: int, seed: int = 0) -> list[Any]:
+    """``batches`` consecutive batches of ``size`` steps of ``self_play_steps`` (KuhnPoker),
+    the i-th with learner version i."""
+    from unstable_core import Batch
+
+    steps = self_play_steps(tokenizer, n=batches * size, seed=seed)
+    return [Batch(steps=steps[size * i : size * (i + 1)], learner_version=i) for i in range(batches)]
+
+
+def trainable_copy(learner: Any) -> dict[str, Any]:
+    """A copy of a learner's trainable weights (``trainable()``), to compare after updates."""
+    return {name: p.detach().clone() for name, p in learner.trainable().items()}
+
+
+def max_weight_diff(a: dict[str, Any], b: dict[str, Any]) -> float:
+    """The largest absolute difference between two ``trainable_copy`` results of the same names."""
+    assert a.keys() == b.keys(), f"different weights: {sorted(a.keys() ^ b.keys())}"
+    return max(float((a[k] - b[k]).abs().max()) for k in a)
+
+
 @functools.lru_cache(maxsize=2)
 def _causal_lm(path: str) -> Any:
     from transformers import AutoModelForCausalLM
@@ -231,4 +251,5 @@ class LoraLearnerContract(LearnerContract):
                     f"{name}[{i}]: autograd {analytic:.10g}, finite differences {numeric:.10g}")
 
 
-__all__ = ["FAST_TINY", "DIRECTION_TINY", "base_logprobs", "build_fast_tiny", "self_play_steps", "LoraLearnerContract"]
+__all__ = ["FAST_TINY", "DIRECTION_TINY", "base_logprobs", "build_fast_tiny", "self_play_steps", "self_play_batches",
+           "trainable_copy", "max_weight_diff", "LoraLearnerContract"]

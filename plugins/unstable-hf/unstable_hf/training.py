@@ -239,44 +239,51 @@ class LoraLearner:
         chunks = self.chunks(steps)
         layouts: list[str] = []
         sums: dict[str, float] = {}
-        first: dict[str, float] = {}
+        loss, norms, forward, sequence = 0.0, {}, 0, 0
         for epoch in range(self.epochs()):
             self.epoch = epoch
             for optimizer in self.optimizers.values():
                 optimizer.zero_grad(set_to_none=True)
-            total = 0.0
-            for index, chunk in enumerate(chunks):
-                self.chunk_index = index
-                if self.epoch == 0:
-                    layouts.append(self.layouts.next())
-                self.layout = layouts[self.chunk_index]
-                chunk_start, tokens_before = time.perf_counter(), self.counts["sequence_tokens"]
-                loss, stats = self.loss(chunk, batch_size)
-                loss.backward()
-                if self.epoch == 0:
-                    self.layouts.record(self.layout, time.perf_counter() - chunk_start, self.counts["sequence_tokens"] - tokens_before)
-                total += float(loss.detach())
-                for key, value in stats.items():
-                    sums[key] = sums.get(key, 0.0) + float(value)
-            norms = self.step_optimizers()
-            if self.epoch == 0:
-                first = {"loss": total, **norms, "forward_tokens": self.counts["forward_tokens"],
-                         "sequence_tokens": self.counts["sequence_tokens"]}
-        forward, sequence, total = first["forward_tokens"], first["sequence_tokens"], first["loss"]
+            pass_loss = self.backward_pass(chunks, layouts, batch_size, sums)
+            pass_norms = self.step_optimizers()
+            if epoch == 0:  # the update reports its first pass: the loss of the batch as it came
+                loss, norms = pass_loss, pass_norms
+                forward, sequence = self.counts["forward_tokens"], self.counts["sequence_tokens"]
+        self.epoch = self.chunk_index = 0  # a later ``loss`` outside an update starts afresh
         if self.distributed:
-            total, forward, sequence = sum_numbers([total, forward, sequence], self.device)
+            loss, forward, sequence = sum_numbers([loss, forward, sequence], self.device)
         self.model.eval()
         self.version += 1
         passes = max(1, len(chunks) * self.epochs())
         return {
             **{key: float(value) for key, value in prepared.items()},
             **{key: value / passes for key, value in sums.items()},
-            **{key: value for key, value in first.items() if key.endswith("grad_norm")},
-            "loss": total,
+            **norms,
+            "loss": loss,
             "forward_tokens": float(forward),
             "prefix_share": 1.0 - forward / max(1, sequence),
             "prefix_segments": layouts.count("segments") / max(1, len(chunks)),
         }
+
+    def backward_pass(self, chunks: list[list[Step]], layouts: list[str], batch_size: int, sums: dict[str, float]) -> float:
+        """One pass of ``loss`` and backward over the chunks; the first pass picks each chunk's
+        layout (appended to ``layouts``) and times it, later passes reuse it. Adds the chunks'
+        stats into ``sums``; returns the pass's loss."""
+        total = 0.0
+        for index, chunk in enumerate(chunks):
+            self.chunk_index = index
+            if self.epoch == 0:
+                layouts.append(self.layouts.next())
+            self.layout = layouts[index]
+            chunk_start, tokens_before = time.perf_counter(), self.counts["sequence_tokens"]
+            loss, stats = self.loss(chunk, batch_size)
+            loss.backward()
+            if self.epoch == 0:
+                self.layouts.record(self.layout, time.perf_counter() - chunk_start, self.counts["sequence_tokens"] - tokens_before)
+            total += float(loss.detach())
+            for key, value in stats.items():
+                sums[key] = sums.get(key, 0.0) + float(value)
+        return total
 
     def step_optimizers(self) -> dict[str, float]:
         """Sum the ranks' gradients (data-parallel), clip each optimizer's at ``grad_clip`` and

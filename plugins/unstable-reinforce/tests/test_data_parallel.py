@@ -12,16 +12,17 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from unstable_core import Batch, UnstableError
+from unstable_core import UnstableError
 from unstable_hf.data_parallel import shard
-from unstable_hf.testing import self_play_steps
+from unstable_hf.testing import max_weight_diff as max_diff
+from unstable_hf.testing import self_play_batches
+from unstable_hf.testing import trainable_copy as weights
 from unstable_reinforce.learner import ReinforceLearner
 from unstable_reinforce.options import ReinforceOptions
 
 
 def batches(tiny_path, n=3):
-    steps = self_play_steps(AutoTokenizer.from_pretrained(tiny_path), n=24 * n, seed=5)
-    return [Batch(steps=steps[24 * i : 24 * (i + 1)], learner_version=i) for i in range(n)]
+    return self_play_batches(AutoTokenizer.from_pretrained(tiny_path), n, 24, seed=5)
 
 
 def learner(tiny_path, parallel, **extra):
@@ -29,15 +30,6 @@ def learner(tiny_path, parallel, **extra):
     options = ReinforceOptions(device="cpu", dtype="float64", lr=5e-3, max_generation_len=16,
                                lora={"rank": 4, "alpha": 8}, data_parallel=parallel, **extra)
     return ReinforceLearner(options, tiny_path, seed=3)
-
-
-def weights(lrn):
-    return {n: p.detach().clone() for n, p in lrn.trainable().items()}
-
-
-def max_diff(a, b):
-    assert a.keys() == b.keys()
-    return max(float((a[k] - b[k]).abs().max()) for k in a)
 
 
 def test_shards_keep_games_whole_and_cover_the_batch(tiny_path):

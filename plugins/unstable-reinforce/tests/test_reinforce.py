@@ -7,6 +7,8 @@ import pytest
 import torch
 
 from unstable_core import Batch, Step, Turn
+from unstable_hf.testing import max_weight_diff, self_play_batches
+from unstable_hf.testing import trainable_copy as lora_weights
 from unstable_hf.training import Sequence, pack, sequences
 from unstable_reinforce.learner import ReinforceLearner
 from unstable_reinforce.options import ReinforceOptions
@@ -211,17 +213,10 @@ def test_gradient_checkpointing_gives_the_same_update(tiny_path):
     assert all(torch.allclose(a, b, atol=1e-10) for a, b in zip(p0, p1))
 
 
-def ppo_batches(tiny_path, n=2):
+def ppo_batches(tiny_path):
     from transformers import AutoTokenizer
 
-    from unstable_hf.testing import self_play_steps
-
-    steps = self_play_steps(AutoTokenizer.from_pretrained(tiny_path), n=12 * n, seed=7)
-    return [Batch(steps=steps[12 * i : 12 * (i + 1)], learner_version=i) for i in range(n)]
-
-
-def lora_weights(lrn):
-    return {n: p.detach().clone() for n, p in lrn.trainable().items()}
+    return self_play_batches(AutoTokenizer.from_pretrained(tiny_path), 2, 12, seed=7)
 
 
 def test_one_epoch_with_a_clip_is_reinforce(tiny_path):
@@ -233,7 +228,7 @@ def test_one_epoch_with_a_clip_is_reinforce(tiny_path):
         assert abs(a["grad_norm"] - b["grad_norm"]) < 1e-12 and a["grad_norm"] > 0
         assert b["ratio_mean"] == 1.0 and b["clipped_frac"] == 0.0
     wa, wb = lora_weights(plain), lora_weights(clipped)
-    assert max(float((wa[k] - wb[k]).abs().max()) for k in wa) < 1e-12
+    assert max_weight_diff(wa, wb) < 1e-12
 
 
 def reference_ppo(lrn, batch, epochs, eps):
@@ -270,9 +265,12 @@ def test_several_epochs_follow_a_hand_written_ppo_and_the_clip_binds(tiny_path):
     assert ppo.version == 2  # a version per update, not per pass
     assert ppo.optimizer.state[ppo.params[0]]["step"] == 8  # four optimizer steps an update
     w, r, lw = lora_weights(ppo), lora_weights(ref), lora_weights(loose)
-    assert max(float((w[k] - r[k]).abs().max()) for k in w) < 1e-9
+    assert max_weight_diff(w, r) < 1e-9
     assert max(clipped_fracs) > 0.05  # the later passes moved tokens past the clip ...
-    assert max(float((w[k] - lw[k]).abs().max()) for k in w) > 1e-4  # ... and that changed the update
+    assert max_weight_diff(w, lw) > 1e-4  # ... and that changed the update
+    # a loss computed outside an update is a first pass of its own: no logprobs cached from the last update
+    _loss, stats = ppo.loss([step([5, 6, 7], [9, 10, 3], 1.0), step([11, 12], [13, 3], -0.5)], batch_size=2)
+    assert (ppo.epoch, ppo.chunk_index) == (0, 0) and stats["ratio_mean"] == 1.0
 
 
 def test_epochs_without_a_clip_are_refused_naming_both_keys():
