@@ -8,6 +8,9 @@ float32 even in a float64 model, so a float64 difference of one ulp from another
 matrix shapes) can round to another float32, about 1e-8 relative. With prefix sharing the shards
 pack otherwise than the whole batch, and agreement is to that precision."""
 
+import sys
+import types
+
 import pytest
 import torch
 from transformers import AutoTokenizer
@@ -89,14 +92,14 @@ def test_with_prefix_sharing_the_ranks_agree_to_float32_rounding(tiny_path):
     assert max_diff(weights(two), weights(one)) < 1e-5
 
 
-class NotImportableLearner(ReinforceLearner):
-    """Defined in a test module that a spawned worker cannot import by name."""
-
-
-def test_a_worker_that_dies_before_the_rendezvous_is_one_error_not_a_hang(tiny_path):
+def test_a_worker_that_dies_before_the_rendezvous_is_one_error_not_a_hang(tiny_path, monkeypatch):
+    # a learner class in a module only this process has: the spawned worker fails to unpickle it and exits
+    module = types.ModuleType("unstable_parent_process_only")
+    module.NotImportableLearner = type("NotImportableLearner", (ReinforceLearner,), {"__module__": module.__name__})
+    monkeypatch.setitem(sys.modules, module.__name__, module)
     options = ReinforceOptions(device="cpu", lora={"rank": 4, "alpha": 8}, data_parallel=2, data_parallel_timeout_s=600)
     with pytest.raises(UnstableError, match="rank 1 died while starting"):
-        NotImportableLearner(options, tiny_path, seed=0)
+        module.NotImportableLearner(options, tiny_path, seed=0)
     assert not torch.distributed.is_initialized()
 
 
