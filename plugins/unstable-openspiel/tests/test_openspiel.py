@@ -266,3 +266,89 @@ def test_expected_payoffs_are_the_exact_chips_won_from_both_seats():
     assert policies.expected_payoffs(KUHN, {}, always("[bet]"), [always("[pass]"), uniform]) == pytest.approx([1.0, 0.375], abs=1e-12)
     assert policies.expected_payoffs(KUHN, {}, always("[pass]"), [always("[bet]")]) == pytest.approx([-1.0], abs=1e-12)
     assert policies.expected_payoffs(KUHN, {}, uniform, [uniform]) == pytest.approx([0.0], abs=1e-12)
+
+
+def sloppy(shift):
+    """A policy that leaves some mass on answers that are no legal action: by observation, an
+    invalid mass of 0.05-0.45 and the rest spread unevenly over the labels."""
+    def probabilities(observation, labels):
+        h = sum(map(ord, observation)) + shift
+        invalid = 0.15 + 0.1 * (h % 5)
+        weights = [1 + (h + 3 * i) % 4 for i in range(len(labels))]
+        return {name: (1 - invalid) * w / sum(weights) for name, w in zip(labels, weights)}
+
+    return probabilities
+
+
+def clean(shift):
+    """``sloppy(shift)`` renormalised over the labels: no invalid mass."""
+    def probabilities(observation, labels):
+        probs = sloppy(shift)(observation, labels)
+        return {name: p / sum(probs.values()) for name, p in probs.items()}
+
+    return probabilities
+
+
+def played_mean(row, column, allowance, games, seed=0):
+    """The row's mean reward over games the env plays (half in each seat): each answer is drawn
+    from the policy's probabilities, the invalid mass an unparsable answer."""
+    import random
+
+    from unstable_openspiel.env import INVALID_NOTE, OpenSpielGame
+
+    rng = random.Random(seed)
+    rewards = []
+    for g in range(games):
+        game = OpenSpielGame(EnvSpec(env_id=KUHN), allowance)
+        game.reset(num_players=2, seed=rng.getrandbits(31))
+        seats = [row, column] if g % 2 == 0 else [column, row]
+        done = False
+        while not done:
+            player, observation = game.observe()
+            probs = seats[player](observation.removeprefix(INVALID_NOTE + "\n"), game.labels)
+            answer = rng.choices([*probs, "[raise the stakes]"], weights=[*probs.values(), 1 - sum(probs.values())])[0]
+            done, _ = game.step(answer)
+        result, _ = game.close()
+        rewards.append(result[g % 2])
+    return sum(rewards) / games, (sum((r - sum(rewards) / games) ** 2 for r in rewards) / (games - 1) / games) ** 0.5
+
+
+@pytest.mark.parametrize("allowance", [0, 1])
+def test_expected_payoffs_are_what_the_env_pays_invalid_answers_included(allowance):
+    """A policy that answers invalidly 15-55 % of the time against one that never does: the exact
+    payoff equals the mean reward of 20,000 games the env plays (4 standard errors) and is not the
+    renormalised tables' payoff."""
+    from open_spiel.python.algorithms.expected_game_score import policy_value
+
+    from unstable_openspiel import games, policies
+
+    row, column = sloppy(0), clean(1)
+    exact = policies.expected_payoffs(KUHN, {}, row, [column], allowance=allowance)[0]
+    mean, se = played_mean(row, column, allowance, games=20_000)
+    assert abs(exact - mean) < 4 * se
+    root = games.load(KUHN, {}).new_initial_state()
+    a, b = policies.extract(KUHN, {}, row).policy, policies.extract(KUHN, {}, column).policy
+    renormalised = (policy_value(root, [a, b])[0] + policy_value(root, [b, a])[1]) / 2
+    assert abs(exact - renormalised) > 8 * se
+
+
+def test_without_invalid_mass_the_payoff_is_openspiels_policy_value_and_always_invalid_loses():
+    """Kuhn and Leduc: the tables' own value where nothing is invalid; a player whose answers are
+    never legal loses the game at its first turn, whatever the allowance."""
+    from open_spiel.python.algorithms.expected_game_score import policy_value
+
+    from unstable_openspiel import games, policies
+
+    for name in ("kuhn_poker", "leduc_poker"):
+        env = f"openspiel/{name}"
+        root = games.load(env, {}).new_initial_state()
+        a, b = policies.extract(env, {}, clean(0)), policies.extract(env, {}, clean(1))
+        assert max(a.invalid_mass.values()) < 1e-12
+        for seats in ([a, b], [b, a]):
+            assert policies.played_value(root, seats) == pytest.approx(policy_value(root, [s.policy for s in seats]), abs=1e-12)
+
+    def never(observation, labels):
+        return {name: 0.0 for name in labels}
+
+    for allowance in (0, 2):
+        assert policies.expected_payoffs(KUHN, {}, never, [clean(0)], allowance=allowance) == pytest.approx([-1.0], abs=1e-12)

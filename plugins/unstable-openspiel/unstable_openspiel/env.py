@@ -110,10 +110,10 @@ class OpenSpielProvider:
                                         self.options.max_info_states)
 
     def expected_payoffs(self, env: EnvSpec, row: ActionProbabilities, columns: list[ActionProbabilities]) -> list[float]:
-        """``row``'s exact expected return against each of ``columns``, the mean of its two seats
-        (psro's ``payoff = "exact"``)."""
+        """``row``'s exact expected return against each of ``columns`` as this env plays them
+        (invalid answers forfeit), the mean of its two seats (psro's ``payoff = "exact"``)."""
         return policies.expected_payoffs(env.env_id, env.kwargs, by_label(row), [by_label(c) for c in columns],
-                                         self.options.max_info_states)
+                                         self.options.max_info_states, self.options.invalid_move_allowance)
 
     def least_exploitable_mixture(self, env: EnvSpec, members: list[ActionProbabilities]) -> list[float]:
         """The weights of the least exploitable mixture of the members, one drawn per game (a

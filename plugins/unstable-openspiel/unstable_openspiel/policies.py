@@ -146,18 +146,46 @@ def mixture_figures(env_id: str, params: dict[str, Any] | None, extracted: list[
 
 
 def expected_payoffs(env_id: str, params: dict[str, Any] | None, row: Probabilities, columns: list[Probabilities],
-                     limit: int = MAX_INFO_STATES) -> list[float]:
-    """``row``'s expected return against each of ``columns`` (exact, over every chance outcome:
-    OpenSpiel's ``policy_value``), the mean of its two seats."""
-    from open_spiel.python.algorithms.expected_game_score import policy_value
-
+                     limit: int = MAX_INFO_STATES, allowance: int = 0) -> list[float]:
+    """``row``'s expected return against each of ``columns`` as the env plays the games (exact,
+    over every chance outcome), the mean of its two seats. An answer that names no legal action
+    (the invalid mass) is an invalid move: with no allowance left the mover loses, -1 to it and +1
+    to the other, and the game ends; within ``allowance`` invalid moves the mover answers again,
+    taken to answer as at its first try (the env adds a note to the observation that the
+    extraction does not see). With no invalid mass: OpenSpiel's ``policy_value`` of the tables."""
     root = games.load(env_id, params).new_initial_state()
-    mine = extract(env_id, params, row, limit).policy
+    mine = extract(env_id, params, row, limit)
     out = []
     for column in columns:
-        theirs = extract(env_id, params, column, limit).policy
-        out.append(float(policy_value(root, [mine, theirs])[0] + policy_value(root, [theirs, mine])[1]) / 2)
+        theirs = extract(env_id, params, column, limit)
+        first, second = played_value(root, [mine, theirs], allowance), played_value(root, [theirs, mine], allowance)
+        out.append((first[0] + second[1]) / 2)
     return out
+
+
+def played_value(state: Any, seats: list[Extracted], allowance: int = 0, errors: tuple[int, int] = (0, 0)) -> list[float]:
+    """Each player's expected return from ``state`` with player i played by ``seats[i]``, invalid
+    answers included (``expected_payoffs``); ``errors``: the invalid moves each player has made."""
+    if state.is_terminal():
+        return [float(r) for r in state.returns()]
+    if state.is_chance_node():
+        return _weighted([(p, played_value(state.child(a), seats, allowance, errors)) for a, p in state.chance_outcomes()])
+    player = state.current_player()
+    seat = seats[player]
+    invalid = seat.invalid_mass[state.information_state_string(player)]
+    branches = [((1.0 - invalid) * p, played_value(state.child(a), seats, allowance, errors))
+                for a, p in seat.policy.action_probabilities(state).items() if p > 0]
+    if invalid > 0:
+        if errors[player] < allowance:
+            again = (errors[0] + (player == 0), errors[1] + (player == 1))
+            branches.append((invalid, played_value(state, seats, allowance, again)))
+        else:
+            branches.append((invalid, [-1.0 if i == player else 1.0 for i in range(len(errors))]))
+    return _weighted(branches)
+
+
+def _weighted(branches: list[tuple[float, list[float]]]) -> list[float]:
+    return [sum(p * values[i] for p, values in branches) for i in range(len(branches[0][1]))]
 
 
 def mixture_policy(env_id: str, params: dict[str, Any] | None, tables: list[Any], weights: list[float]) -> Any:
