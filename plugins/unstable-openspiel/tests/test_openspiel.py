@@ -270,7 +270,7 @@ def test_expected_payoffs_are_the_exact_chips_won_from_both_seats():
 
 def sloppy(shift):
     """A policy that leaves some mass on answers that are no legal action: by observation, an
-    invalid mass of 0.05-0.45 and the rest spread unevenly over the labels."""
+    invalid mass of 0.15-0.55 and the rest spread unevenly over the labels."""
     def probabilities(observation, labels):
         h = sum(map(ord, observation)) + shift
         invalid = 0.15 + 0.1 * (h % 5)

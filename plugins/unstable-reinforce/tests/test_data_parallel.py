@@ -17,9 +17,7 @@ from transformers import AutoTokenizer
 
 from unstable_core import UnstableError
 from unstable_hf.data_parallel import shard
-from unstable_hf.testing import max_weight_diff as max_diff
-from unstable_hf.testing import self_play_batches
-from unstable_hf.testing import trainable_copy as weights
+from unstable_hf.testing import max_weight_diff, self_play_batches, trainable_copy
 from unstable_reinforce.learner import ReinforceLearner
 from unstable_reinforce.options import ReinforceOptions
 
@@ -47,14 +45,14 @@ def test_shards_keep_games_whole_and_cover_the_batch(tiny_path):
 def test_two_ranks_end_where_one_learner_on_the_whole_batch_ends(tiny_path, tmp_path):
     data = batches(tiny_path)
     one = learner(tiny_path, 1)
-    before = weights(one)
+    before = trainable_copy(one)
     single = [one.update(b) for b in data]
     two = learner(tiny_path, 2)
     try:
-        assert max_diff(weights(two), before) == 0.0  # the same start in rank 0
+        assert max_weight_diff(trainable_copy(two), before) == 0.0  # the same start in rank 0
         parallel = [two.update(b) for b in data]
-        assert max_diff(weights(two), before) > 1e-3  # it learned something
-        assert max_diff(weights(two), weights(one)) < 1e-10
+        assert max_weight_diff(trainable_copy(two), before) > 1e-3  # it learned something
+        assert max_weight_diff(trainable_copy(two), trainable_copy(one)) < 1e-10
         for a, b in zip(single, parallel):  # the loss and token counts are the whole batch's
             assert b["loss"] == pytest.approx(a["loss"], abs=1e-10)
             assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-9)
@@ -70,7 +68,7 @@ def test_two_ranks_end_where_one_learner_on_the_whole_batch_ends(tiny_path, tmp_
         two.load_state_dict(state)
         restart.update(data[1])
         two.update(data[1])
-        assert max_diff(weights(two), weights(restart)) < 1e-10
+        assert max_weight_diff(trainable_copy(two), trainable_copy(restart)) < 1e-10
     finally:
         two.close()
     assert two.workers is None
@@ -89,7 +87,7 @@ def test_with_prefix_sharing_the_ranks_agree_to_float32_rounding(tiny_path):
         assert b["loss"] == pytest.approx(a["loss"], rel=1e-7)
         assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-7)
         assert b["prefix_share"] > 0.3
-    assert max_diff(weights(two), weights(one)) < 1e-5
+    assert max_weight_diff(trainable_copy(two), trainable_copy(one)) < 1e-5
 
 
 def test_a_worker_that_dies_before_the_rendezvous_is_one_error_not_a_hang(tiny_path, monkeypatch):
@@ -116,5 +114,5 @@ def test_ppo_passes_take_their_steps_on_every_rank(tiny_path):
             two.update(b)
     finally:
         two.close()
-    assert max_diff(weights(two), weights(one)) < 1e-10
+    assert max_weight_diff(trainable_copy(two), trainable_copy(one)) < 1e-10
     assert one.optimizer.state[one.params[0]]["step"] == 6

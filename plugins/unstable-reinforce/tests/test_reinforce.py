@@ -7,8 +7,7 @@ import pytest
 import torch
 
 from unstable_core import Batch, Step, Turn
-from unstable_hf.testing import max_weight_diff, self_play_batches
-from unstable_hf.testing import trainable_copy as lora_weights
+from unstable_hf.testing import max_weight_diff, self_play_batches, trainable_copy
 from unstable_hf.training import Sequence, pack, sequences
 from unstable_reinforce.learner import ReinforceLearner
 from unstable_reinforce.options import ReinforceOptions
@@ -227,7 +226,7 @@ def test_one_epoch_with_a_clip_is_reinforce(tiny_path):
         a, b = plain.update(batch), clipped.update(batch)
         assert abs(a["grad_norm"] - b["grad_norm"]) < 1e-12 and a["grad_norm"] > 0
         assert b["ratio_mean"] == 1.0 and b["clipped_frac"] == 0.0
-    wa, wb = lora_weights(plain), lora_weights(clipped)
+    wa, wb = trainable_copy(plain), trainable_copy(clipped)
     assert max_weight_diff(wa, wb) < 1e-12
 
 
@@ -264,7 +263,7 @@ def test_several_epochs_follow_a_hand_written_ppo_and_the_clip_binds(tiny_path):
         clipped_fracs.append(metrics["clipped_frac"])
     assert ppo.version == 2  # a version per update, not per pass
     assert ppo.optimizer.state[ppo.params[0]]["step"] == 8  # four optimizer steps an update
-    w, r, lw = lora_weights(ppo), lora_weights(ref), lora_weights(loose)
+    w, r, lw = trainable_copy(ppo), trainable_copy(ref), trainable_copy(loose)
     assert max_weight_diff(w, r) < 1e-9
     assert max(clipped_fracs) > 0.05  # the later passes moved tokens past the clip ...
     assert max_weight_diff(w, lw) > 1e-4  # ... and that changed the update
