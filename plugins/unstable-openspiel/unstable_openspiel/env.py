@@ -72,7 +72,7 @@ class OpenSpielGame:
 
     def close(self) -> tuple[dict[int, float], dict[int, dict[str, Any]]]:
         if self.forfeit is not None:
-            rewards = {self.forfeit: -1.0, 1 - self.forfeit: 1.0}
+            rewards = dict(enumerate(games.forfeit_returns(self.forfeit)))
         elif self.state is not None and self.state.is_terminal():
             rewards = {i: float(r) for i, r in enumerate(self.state.returns())}
         else:

@@ -77,3 +77,9 @@ def sample_chance(state: Any, rng: Any) -> None:
     while state.is_chance_node():
         actions, probabilities = zip(*state.chance_outcomes(), strict=True)
         state.apply_action(rng.choices(actions, weights=probabilities)[0])
+
+
+def forfeit_returns(loser: int, num_players: int = 2) -> list[float]:
+    """The returns of a game lost by an invalid move: -1 to the player who made it, +1 to the
+    other (TextArena's rule for two-player games; the env's and the exact payoffs' alike)."""
+    return [-1.0 if i == loser else 1.0 for i in range(num_players)]

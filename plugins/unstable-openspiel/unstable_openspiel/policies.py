@@ -180,7 +180,7 @@ def played_value(state: Any, seats: list[Extracted], allowance: int = 0, errors:
             again = (errors[0] + (player == 0), errors[1] + (player == 1))
             branches.append((invalid, played_value(state, seats, allowance, again)))
         else:
-            branches.append((invalid, [-1.0 if i == player else 1.0 for i in range(len(errors))]))
+            branches.append((invalid, games.forfeit_returns(player, len(errors))))
     return _weighted(branches)
 
 
