@@ -1,7 +1,8 @@
 """Which opponent sampler makes the tiny model's policy least exploitable: seeds x samplers on an
 OpenSpiel game, exploitability by OpenSpiel at each evaluation and of the population's mixture.
 
-    python bench/samplers.py [--quick] [--seeds 3] [--steps 80] [--samplers mirror random fictitious psro psro-exact psro-phase psro-least]
+    python bench/samplers.py [--quick] [--seeds 3] [--steps 80]
+                             [--samplers mirror random fictitious psro psro-exact psro-phase psro-least psro-output-least]
                              [--config examples/openspiel-kuhn-tiny.toml] [--set key=value ...] [--out DIR] [--jobs N]
     python bench/samplers.py --from DIR [--floor]     # the table of runs kept with --out
 
@@ -41,6 +42,8 @@ SAMPLERS = {
     "psro-phase": {"name": "psro", "payoff": "exact", "phase": 10},  # and a member every 10 checkpoints
     # and the members' least exploitable mixture in the whole game instead of the meta-game's Nash (Anytime PSRO)
     "psro-least": {"name": "psro", "payoff": "exact", "phase": 10, "meta_solver": "least"},
+    # opponents from the Nash mixture, the population's policy the members' least exploitable mixture
+    "psro-output-least": {"name": "psro", "payoff": "exact", "phase": 10, "output": "least"},
 }
 
 

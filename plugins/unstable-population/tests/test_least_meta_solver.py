@@ -1,5 +1,6 @@
 """psro's ``meta_solver = "least"``: opponents drawn from the members' least exploitable mixture,
-which the run computes (``registry.least_exploitable``) after each checkpoint's exact payoffs."""
+which the run computes (``registry.least_exploitable``) after each checkpoint's exact payoffs;
+and ``output = "least"``: that mixture is the population's policy, opponents still from the Nash one."""
 
 import random
 
@@ -94,8 +95,42 @@ def test_a_resumed_sampler_draws_what_the_uninterrupted_one_draws():
         [second.sample(ENV, registry.current, 2, registry, b) for _ in range(50)]
 
 
+def test_output_least_reports_the_least_mixture_while_opponents_come_from_the_nash_one():
+    reg = cycle()
+    sampler = PSROSampler(PSROOptions(payoff="exact", output="least", explore=0.0))
+    members = ["base", "ckpt-1", "ckpt-2", "ckpt-3"]
+    assert plugin.unstable_model_samplers()[1].least_exploitable(sampler.options)
+    assert sampler.least_exploitable_members(reg) == members
+    sampler.sample(ENV, reg.current, 1, reg, random.Random(0))
+    nash = {"base": 0.0, "ckpt-1": 1 / 3, "ckpt-2": 1 / 3, "ckpt-3": 1 / 3}
+    assert sampler.mixture() == pytest.approx(nash, abs=1e-9)  # none computed yet: the Nash mixture meanwhile
+    least = [0.0, 0.7, 0.3, 0.0]
+    reg.record_least_exploitable(members, least)
+    assert sampler.least_exploitable_members(reg) == []
+    drawn = [sampler.sample(ENV, reg.current, 1, reg, random.Random(seed))[0].uid for seed in range(3000)]
+    assert sampler.mixture() == dict(zip(members, least, strict=True))
+    # the draws stay the meta-game's Nash mixture: ckpt-3, which the least mixture leaves out, a third of them
+    assert drawn.count("base") == 0 and 0.30 < drawn.count("ckpt-3") / len(drawn) < 0.37
+    # a new member: the last least mixture is reported until the run computes the new one
+    reg.add_checkpoint(Checkpoint(uid="ckpt-4", version=4, path="/c/4"), reg.get("base").ref)
+    for other in members:
+        reg.record_payoff("ckpt-4", other, -0.5)
+    sampler.sample(ENV, reg.current, 1, reg, random.Random(0))
+    assert sampler.members == [*members, "ckpt-4"] and sampler.mixture() == dict(zip(members, least, strict=True))
+    resumed = PSROSampler(sampler.options)
+    resumed.load_state_dict(sampler.state_dict())
+    assert resumed.mixture() == sampler.mixture()
+
+
+def test_without_output_least_the_run_computes_no_least_mixture():
+    sampler = PSROSampler(PSROOptions(payoff="exact"))
+    assert sampler.least_exploitable_members(cycle()) == []
+    assert not plugin.unstable_model_samplers()[1].least_exploitable(sampler.options)
+
+
 @pytest.mark.parametrize(("options", "message"), [
     ({"meta_solver": "least"}, "meta_solver = 'least' needs payoff = 'exact'"),
+    ({"output": "least"}, "output = 'least' needs payoff = 'exact'"),
     ({"meta_solver": "least", "payoff": "exact", "spread": 0.5}, "spread applies to the Nash mixture only"),
 ])
 def test_the_least_meta_solver_refuses_options_it_cannot_honour(options, message):

@@ -16,7 +16,7 @@ def unstable_model_samplers() -> list[ModelSamplerSpec]:
         ModelSamplerSpec(name="psro", summary="PSRO: opponents from the Nash mixture of the checkpoints' meta-game",
                          config=PSROOptions, factory=lambda o, ctx: PSROSampler(o),
                          exact_payoffs=lambda o: o.payoff == "exact",
-                         least_exploitable=lambda o: o.meta_solver == "least"),
+                         least_exploitable=lambda o: "least" in (o.meta_solver, o.output)),
     ]
 
 

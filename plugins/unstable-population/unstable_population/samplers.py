@@ -118,10 +118,18 @@ class PSROOptions(BaseModel):
         "env provider that computes it: openspiel), which the run computes after each checkpoint."
     )
 
+    output: Literal["solver", "least"] = Field(
+        "solver", description="The population's policy the run reports and serves as its 'meta' mixture: 'solver', the "
+        "meta-solver's mixture; 'least', the members' least exploitable mixture in the whole game (needs payoff = "
+        "'exact'; computed after each checkpoint), while opponents are still drawn from the meta-solver's."
+    )
+
     @model_validator(mode="after")
     def _least_needs_exact(self) -> PSROOptions:
         if self.meta_solver == "least" and self.payoff != "exact":
             raise ValueError("meta_solver = 'least' needs payoff = 'exact' (the members' exact policies)")
+        if self.output == "least" and self.payoff != "exact":
+            raise ValueError("output = 'least' needs payoff = 'exact' (the members' exact policies)")
         if self.meta_solver == "least" and self.spread:
             raise ValueError("spread applies to the Nash mixture only; with meta_solver = 'least' leave it 0")
         return self
@@ -134,15 +142,19 @@ class PSROSampler:
         self.weights: list[float] = []  # the meta-game's Nash mixture
         self.draws: list[float] = []  # the mixture opponents are drawn from (the Nash one unless spread > 0)
         self.solved_at: int | None = None  # total games recorded at the last solution
+        self.least: dict[str, float] = {}  # with output = "least": the members' least exploitable mixture
 
     def mixture(self) -> dict[str, float]:
-        """The meta-game's Nash mixture (or least exploitable one): uid -> probability."""
+        """The population's policy: the meta-game's Nash mixture (or least exploitable one, with
+        ``meta_solver`` or ``output`` "least"): uid -> probability."""
+        if self.options.output == "least" and self.least:
+            return dict(self.least)
         return dict(zip(self.members, self.weights, strict=True))
 
     def least_exploitable_members(self, registry: Any) -> list[str]:
-        """With ``meta_solver = "least"``, the members whose least exploitable mixture the run
-        computes after each checkpoint (``LeastExploitableSampler``): [] when they have one."""
-        if self.options.meta_solver != "least" or registry.current is None:
+        """With ``meta_solver`` or ``output`` "least", the members whose least exploitable mixture
+        the run computes after each checkpoint (``LeastExploitableSampler``): [] when they have one."""
+        if "least" not in (self.options.meta_solver, self.options.output) or registry.current is None:
             return []
         members = self.candidates(registry, registry.current)
         return members if len(members) > 1 and registry.least_exploitable(members) is None else []
@@ -186,6 +198,10 @@ class PSROSampler:
     def sample(self, env: EnvSpec, anchor: ModelRef, num_seats: int, registry: Any, rng: random.Random) -> list[ModelRef]:
         if self.stale(registry, anchor):
             self.solve(registry, anchor)
+        if self.options.output == "least" and len(self.members) > 1:
+            least = registry.least_exploitable(self.members)
+            if least is not None:  # the run computes it right after the payoffs: until then the last one
+                self.least = dict(zip(self.members, least, strict=True))
         newcomers = [r for r in entered(registry.checkpoints(), self.options.phase) if r.uid not in self.members]
         out = []
         for _ in range(num_seats):
@@ -199,11 +215,12 @@ class PSROSampler:
 
     def state_dict(self) -> dict[str, Any]:
         return {"members": list(self.members), "weights": list(self.weights), "draws": list(self.draws),
-                "solved_at": self.solved_at}
+                "solved_at": self.solved_at, "least": dict(self.least)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.members, self.weights, self.solved_at = list(state["members"]), list(state["weights"]), state["solved_at"]
         self.draws = list(state.get("draws", self.weights))  # a state saved before spread existed
+        self.least = {str(uid): float(w) for uid, w in state.get("least", {}).items()}
 
 
 def total_games(registry: Any) -> int:
