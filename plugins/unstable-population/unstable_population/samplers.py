@@ -13,7 +13,9 @@ of the draws, so that the learner never faces one fixed checkpoint). With ``meta
 (exact payoffs) the mixture is instead the members' least exploitable one in the whole game, which
 the run computes after each checkpoint (the "least exploitable restricted distribution" of Anytime
 PSRO, McAleer et al. 2022): the Nash mixture of the restricted meta-game may be more exploitable
-than a mixture of the same members, and more so after a member joins. A checkpoint enters the
+than a mixture of the same members, and more so after a member joins. With ``output = "least"``
+only the population's policy (``mixture()``) is that least exploitable mixture, while opponents
+are still drawn from the meta-solver's. A checkpoint enters the
 meta-game once it has played ``entry_games`` games; until then it is drawn with probability
 ``explore`` so that it gets them.
 
