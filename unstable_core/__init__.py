@@ -32,7 +32,7 @@ _LAZY = {
         "TemplateSpec", "Options", "NoOptions", "BuildContext", "ChosenComponents", "KINDS",
     )},
     **{n: "protocols" for n in (
-        "GameEnv", "EnvProvider", "EnvSampler", "ModelSampler", "Registry", "Rater", "Buffer", "Learner", "Inference",
+        "GameEnv", "LegalActions", "EnvProvider", "EnvSampler", "ModelSampler", "Registry", "Rater", "Buffer", "Learner", "Inference",
         "Executor", "Tracker", "Template", "CompletionScorer", "MemoryReleaser", "PolicyMetrics", "MixtureMetrics",
         "ActionProbabilities", "PopulationMixture", "ExactPayoffs", "LeastExploitable", "LeastExploitableSampler",
         "FinalRewardTransform", "StepRewardTransform", "SamplingRewardTransform",
@@ -58,6 +58,8 @@ _LAZY = {
     "build_component": "runtime.building",
     **{n: "runtime.roles.registry" for n in ("ModelRegistry", "ModelEntry", "checkpoint_ref")},
     **{n: "builtin.inference_scripted" for n in ("valid_moves",)},
+    "boxed_answer": "builtin.templates",
+    "expand_choices": "choices",
 }
 
 __all__ = ["__version__", "hookimpl", *_LAZY]

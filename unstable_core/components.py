@@ -146,6 +146,10 @@ class EnvProviderSpec(ComponentSpec):
         "protocol): exact figures of a policy on a game, e.g. its exploitability, from the probability of each legal "
         "action's answer in each information state (`collection.eval_policy_metrics`).",
     )
+    legal_actions: bool = Field(
+        False, description="Its games offer legal_actions() -> list[str] (the LegalActions protocol): the labels of the "
+        "actions open to the player to move, so that `collection.answers = \"choice\"` can offer a model exactly those.",
+    )
     check_least_exploitable: Callable[[EnvSpec, BaseModel], None] | None = Field(
         None,
         description="check_least_exploitable(env, options): raise ValueError for an environment whose least exploitable "
@@ -244,6 +248,10 @@ class InferenceSpec(ComponentSpec):
         False, description="The backend offers completion_probabilities(request, completions) -> list[float]: the exact "
         "probability that generate(request) answers each completion text under its sampling settings (the "
         "CompletionScorer protocol), so a policy can be extracted exactly (exploitability).",
+    )
+    answers_choices: bool = Field(
+        False, description="generate honours `request.choices`: it answers one of those texts, drawn with the probability "
+        "the model gives each, renormalised over them (`collection.answers = \"choice\"`).",
     )
     answers_at_once: bool = Field(
         False, description="generate never waits (scripted agents, a table lookup): a game whose seats are all served by "

@@ -82,6 +82,13 @@ class CollectionConfig(Section):
         "(every player's, in play order) with the same seeds, so they share that opening as far as the backends' seeded "
         "sampling is deterministic, and branch after it (0: from the first turn).",
     )
+    answers: Literal["free", "choice"] = Field(
+        "free", description="'free': a model writes its answer token by token and may write one the env rejects. "
+        "'choice': each turn the model's backend answers one of the legal actions' answers (\\boxed{label}), drawn "
+        "with the probability the model gives each, renormalised over them: it never answers invalidly, and plays "
+        "exactly the policy the exact metrics read. Needs an env provider that offers `legal_actions` (openspiel) and "
+        "a trained backend that declares `answers_choices` (hf); other backends (scripted agents) answer as before.",
+    )
     num_eval_games: int = Field(4, ge=1, le=MAX_IN_FLIGHT, description="Evaluation games kept in flight.")
     eval_policy_metrics: bool = Field(
         False, description="With each evaluation, also the exact policy metrics the env's provider offers for the evaluated "

@@ -45,6 +45,8 @@ def pipeline_problems(cfg: RunConfig, resolved: Resolved, source: str = "<config
     if cfg.training.colocate:
         problems += colocate_problems(cfg, resolved, source)
     problems += payoff_problems(cfg, resolved, source)
+    if cfg.collection.answers == "choice":
+        problems += choice_problems(cfg, resolved, source)
     learner = resolved.get("learner")
     if learner is None:
         return problems
@@ -72,6 +74,30 @@ def colocate_problems(cfg: RunConfig, resolved: Resolved, source: str) -> list[s
     if inference is not None and not inference[0].releases_memory:
         problems.append(f"{source}: training.colocate = true: inference {inference[0].name!r} cannot release its memory "
                         "(it declares no releases_memory); use a backend that can (hf, vllm) or set colocate = false")
+    return problems
+
+
+def choice_problems(cfg: RunConfig, resolved: Resolved, source: str) -> list[str]:
+    """collection.answers = "choice" offers the legal actions' answers: every env's provider must
+    name them (``legal_actions``) and the trained model's backend must choose among them
+    (``answers_choices``; in a tournament each backend that does, does)."""
+    what = f"{source}: collection.answers = \"choice\""
+    problems = []
+    for env_id in dict.fromkeys(e.env_id for e in [*cfg.train_envs, *cfg.evaluation_envs]):
+        name = env_provider_of(env_id, cfg.env.name)
+        provider = resolved.get("env" if name == cfg.env.name else f"env_providers.{name}")
+        if provider is not None and not provider[0].legal_actions:
+            problems.append(f"{what} needs the legal actions of {env_id}: env provider {provider[0].name!r} offers none "
+                            "(legal_actions; openspiel does)")
+    inference = resolved.get("inference")
+    learner = resolved.get("learner")
+    if cfg.training.learning_steps > 0 and learner is not None and learner[0].computes_advantages:
+        problems.append(f"{what}: learner {learner[0].name!r} computes its own advantages from the step rewards, which "
+                        "the rows of the choices not taken would corrupt (expand_choices): use one that trains on the "
+                        "rewards it is given (reinforce)")
+    if cfg.model_ref() is not None and inference is not None and not inference[0].answers_choices:
+        problems.append(f"{what}: inference {inference[0].name!r} cannot answer one of the given choices "
+                        "(answers_choices; hf can)")
     return problems
 
 

@@ -36,6 +36,16 @@ class GameEnv(Protocol):
 
 
 @runtime_checkable
+class LegalActions(Protocol):
+    """What a game whose provider's record declares ``legal_actions`` also offers."""
+
+    def legal_actions(self) -> list[str]:
+        """The labels of the actions open to the player ``observe`` named, each as the env reads it
+        in a boxed answer (``[bet]``): ``collection.answers = "choice"`` offers exactly these."""
+        ...
+
+
+@runtime_checkable
 class EnvProvider(Protocol):
     def make(self, env: EnvSpec) -> GameEnv: ...
 

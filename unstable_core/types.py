@@ -91,6 +91,11 @@ class Turn(Model):
     invalid: bool = Field(False, description="Whether the environment rejected the action as an invalid move.")
     trainable: bool = Field(True, description="Whether a learner may train on this turn (its backend gave token ids).")
     truncated: bool = Field(False, description="Whether the completion was cut at the token limit instead of ending.")
+    choice_token_ids: list[list[int]] = Field(
+        default_factory=list, description="With `collection.answers = \"choice\"`: the token ids of every answer the "
+        "backend chose among (the chosen one included); the learner's batch gets a row for each (``expand_choices``).")
+    choice_probabilities: list[float] = Field(
+        default_factory=list, description="The probability the backend gave each of choice_token_ids, renormalised over them.")
 
 
 class PlayerTrajectory(Model):
@@ -199,6 +204,10 @@ class GenerationRequest(Model):
     seed: int = Field(0, description="Seed for sampling, derived from the game seed and turn.")
     game_seed: int = Field(0, description="The game's seed, the same on every turn of one game: a backend that plays one "
                            "of several policies per game (the `mixture` backend) draws it from this and player_id.")
+    choices: list[str] | None = Field(
+        None, description="The answers open to the model (`collection.answers = \"choice\"`: each legal action's "
+        "answer text): a backend that declares `answers_choices` answers one of them, drawn with the probability the "
+        "model gives each, renormalised over them. None: the model answers freely.")
 
 
 class Completion(Model):
@@ -213,6 +222,11 @@ class Completion(Model):
                             "(a hosted API): a learner never trains on it.")
     truncated: bool = Field(False, description="The completion stopped at the backend's token limit (max_tokens), "
                             "not at an end token.")
+    choice_token_ids: list[list[int]] = Field(
+        default_factory=list, description="When the request offered choices: the token ids of each answer chosen among "
+        "(the one given included), in the order offered; answers the backend cannot write are left out.")
+    choice_probabilities: list[float] = Field(
+        default_factory=list, description="The probability of each of choice_token_ids the answer was drawn with.")
 
 
 # ---------------------------------------------------------------------------------------------

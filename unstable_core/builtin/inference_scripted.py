@@ -229,7 +229,7 @@ class ScriptedInference:
         return trusted(Completion, {
             "text": text, "prompt_token_ids": [], "completion_token_ids": [], "logprobs": [],
             "policy_version": request.model.version, "trainable": True,
-            "truncated": False,
+            "truncated": False, "choice_token_ids": [], "choice_probabilities": [],
         })
 
     def completion_probabilities(self, request: GenerationRequest, completions: list[str]) -> list[float]:

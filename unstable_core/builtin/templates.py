@@ -51,6 +51,11 @@ TEMPLATES: dict[str, tuple[str, str]] = {
 BOXED = re.compile(r"\\boxed\{(.*?)\}", re.DOTALL)
 
 
+def boxed_answer(label: str) -> str:
+    """The answer the built-in templates read as ``label``: ``\\boxed{label}``."""
+    return f"\\boxed{{{label}}}"
+
+
 def extract_boxed_action(completion: str) -> tuple[str, bool]:
     """(action, format_ok): the last ``\\boxed{...}`` wrapped in brackets unless it has them."""
     matches = BOXED.findall(completion)

@@ -127,7 +127,15 @@ class HFInference:
     def generate_batch(self, requests: list[GenerationRequest]) -> list[Completion]:
         """Generate for requests of one base model (synchronous; used by the batcher): of one
         adapter, or of at most ``max_loras`` with ``mixed_adapters``. Each request samples from
-        its own seed (``request.seed`` xor the ``seed`` option)."""
+        its own seed (``request.seed`` xor the ``seed`` option); one that offers ``choices``
+        answers one of them (``choose_batch``)."""
+        chosen = [i for i, r in enumerate(requests) if r.choices is not None]
+        if chosen:
+            free = [i for i, r in enumerate(requests) if r.choices is None]
+            answered = dict(zip(chosen, self.choose_batch([requests[i] for i in chosen]), strict=True))
+            if free:
+                answered |= dict(zip(free, self.generate_batch([requests[i] for i in free]), strict=True))
+            return [answered[i] for i in range(len(requests))]
         import torch
         from transformers import LogitsProcessorList
 
@@ -195,6 +203,41 @@ class HFInference:
                 )
             self.batches.append(len(requests))
             return results
+
+    def choose_batch(self, requests: list[GenerationRequest]) -> list[Completion]:
+        """Answer each request with one of its ``choices``, drawn with the probability the model
+        gives each, renormalised over them (``choosing.py``)."""
+        from .choosing import choose
+
+        o, ref = self.options, requests[0].model
+        with self._lock:
+            model = self._base(ref)
+            tok = self.tokenizer
+            prompts = tok([r.prompt for r in requests], add_special_tokens=False)["input_ids"]
+            if o.max_prompt_tokens:
+                prompts = [p[-o.max_prompt_tokens :] for p in prompts]
+            if self._mixes_adapters(ref.model):  # a row per candidate scored, its adapter by forward hooks
+                names = [self._resident(model, r.model) or BASE for r in requests]
+
+                def serving(rows: list[int]) -> Any:
+                    return mixed(model, [names[i] for i in rows])
+            else:
+                adapter = self._activate(model, ref)
+
+                def serving(rows: list[int]) -> Any:
+                    return model.disable_adapter() if adapter is None else contextlib.nullcontext(None)
+            drawn = choose(model, tok, prompts, [list(r.choices or []) for r in requests], [r.seed ^ o.seed for r in requests],
+                           o.max_tokens, o.temperature, o.top_p, serving)
+            self.batches.append(len(requests))
+        results = []
+        for r, prompt, d in zip(requests, prompts, drawn, strict=True):
+            self.generated_tokens += len(d.token_ids)
+            self.prompt_tokens += len(prompt)
+            results.append(Completion(text=d.text, prompt_token_ids=prompt, completion_token_ids=d.token_ids,
+                                      logprobs=d.logprobs, policy_version=r.model.version,
+                                      truncated=d.token_ids[-1] != tok.eos_token_id, choice_token_ids=d.choice_token_ids,
+                                      choice_probabilities=d.choice_probabilities))
+        return results
 
     def completion_probabilities(self, request: GenerationRequest, completions: list[str]) -> list[float]:
         """The exact probability that ``generate(request)`` answers each text (``scoring.py``)."""

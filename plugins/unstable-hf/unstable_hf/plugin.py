@@ -48,6 +48,7 @@ def unstable_inference_backends() -> list[InferenceSpec]:
             check_model=check_model,
             check_run=check_device,  # 'cuda' needs a GPU here (with the local executor)
             scores_completions=True,
+            answers_choices=True,  # request.choices: one of them, drawn renormalised (choosing.py)
             releases_memory=True,  # sleep/wake move the weights to the CPU and back
         )
     ]

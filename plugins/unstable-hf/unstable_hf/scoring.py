@@ -26,30 +26,43 @@ def completion_targets(tokenizer: Any, completions: list[str], max_tokens: int) 
 def sequence_probabilities(model: Any, prompt: list[int], targets: list[list[int] | None], pad_id: int,
                            temperature: float, top_p: float) -> list[float]:
     """Probability of each target continuing ``prompt`` under the sampling distribution."""
+    import math
+
+    scored = iter(target_logprobs(model, [(prompt, t) for t in targets if t], pad_id, temperature, top_p))
+    return [math.exp(next(scored)[1]) if t else 0.0 for t in targets]
+
+
+def target_logprobs(model: Any, pairs: list[tuple[list[int], list[int]]], pad_id: int, temperature: float,
+                    top_p: float) -> list[tuple[list[float], float]]:
+    """For each (prompt, target) pair, forwarded together right-padded in one batch: the logprob
+    of each target token under the tempered distribution (what ``generate`` reports, before
+    top-p) and the log probability of the whole target under the sampling distribution (top-p
+    nucleus renormalised; -inf when a token lies outside it)."""
+    import math
+
     import torch
 
     from .sampling import nucleus
 
-    scored = [t for t in targets if t]
-    if not scored:
-        return [0.0] * len(targets)
-    width = len(prompt) + max(len(t) for t in scored)
-    rows = [prompt + t + [pad_id] * (width - len(prompt) - len(t)) for t in scored]
-    mask = [[1] * (len(prompt) + len(t)) + [0] * (width - len(prompt) - len(t)) for t in scored]
+    if not pairs:
+        return []
+    width = max(len(p) + len(t) for p, t in pairs)
+    rows = [p + t + [pad_id] * (width - len(p) - len(t)) for p, t in pairs]
+    mask = [[1] * (len(p) + len(t)) + [0] * (width - len(p) - len(t)) for p, t in pairs]
     device = next(model.parameters()).device
     with torch.no_grad():
         logits = model(input_ids=torch.tensor(rows, device=device), attention_mask=torch.tensor(mask, device=device)).logits
-    logits = logits.double().cpu()
-    rows_of = iter(range(len(scored)))
     out = []
-    for target in targets:
-        if not target:
-            out.append(0.0)
-            continue
-        row = next(rows_of)
-        p = 1.0
-        for i, token in enumerate(target):
-            probs = nucleus(torch.softmax(logits[row, len(prompt) + i - 1] / temperature, dim=-1), top_p)
-            p *= float(probs[token] / probs.sum())
-        out.append(p)
+    for row, (prompt, target) in enumerate(pairs):
+        positions = torch.arange(len(prompt) - 1, len(prompt) + len(target) - 1, device=device)
+        tempered = torch.log_softmax(logits[row, positions].double() / temperature, dim=-1).cpu()
+        ids = torch.tensor(target)
+        token_logprobs = tempered.gather(1, ids[:, None])[:, 0]
+        if top_p >= 1.0:
+            total = float(token_logprobs.sum())
+        else:
+            probs = nucleus(tempered.exp(), top_p)
+            chosen = probs.gather(1, ids[:, None])[:, 0] / probs.sum(dim=-1)
+            total = float(chosen.log().sum()) if bool((chosen > 0).all()) else -math.inf
+        out.append(([float(v) for v in token_logprobs], total))
     return out

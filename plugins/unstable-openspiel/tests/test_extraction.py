@@ -24,12 +24,13 @@ def tiny(tmp_path_factory):
     return build_fast_tiny(tmp_path_factory.getbasetemp() / "tiny", f"tiny:{KUHN}?sft_steps=60&corpus_games=100")
 
 
-def sampled_play(model, tmp_path, games):
+def sampled_play(model, tmp_path, games, answer_mode="free"):
     """Every turn of the model (seat alternating) against random-valid: observation -> action counts."""
     cfg = {"name": "sampled", "seed": 1, "train_envs": [{"env_id": KUHN, "template": "qwen3-zs"}],
            "opponents": [{"uid": "tiny", "model": model, "backend": "hf"}, "random-valid"], "model_sampler": {"name": "fixed"},
            "backends": {"hf": {**SAMPLING, "batch_wait_ms": 5}},
-           "collection": {"tournament_games": games, "num_train_games": 64, "transcripts": 1.0}, "trackers": []}
+           "collection": {"tournament_games": games, "num_train_games": 64, "transcripts": 1.0, "answers": answer_mode},
+           "trackers": []}
     result = unstable_core.run(cfg, run_dir=tmp_path / "play")
     assert result.status == "completed"
     return answers(tmp_path / "play" / "games" / "tournament.jsonl", "tiny")
@@ -64,6 +65,43 @@ def test_the_extracted_policy_is_the_sampled_one(tiny, tmp_path):
         return dict(zip(info.labels, backend.completion_probabilities(request, [f"\\boxed{{{label}}}" for label in info.labels])))
 
     per_state_check(counts, probabilities, min_states=12)
+
+
+def test_choice_answers_play_the_extracted_policy_and_never_an_invalid_move(tiny, tmp_path):
+    """``collection.answers = "choice"``: the model answers one of the legal actions' answers,
+    drawn with its probabilities renormalised over them, so every answer is canonical and each
+    information state's frequencies match the extracted (renormalised) policy."""
+    from unstable_core import GenerationRequest, ModelRef, build_component
+
+    counts = sampled_play(tiny, tmp_path, 3000, answer_mode="choice")
+    assert not any(seen["other"] for seen in counts.values())
+    backend = build_component("inference", "hf", SAMPLING)
+    render = build_component("template", "qwen3-zs").render
+    ref = ModelRef(uid="tiny", model=tiny, backend="hf")
+
+    def probabilities(info):
+        request = GenerationRequest(model=ref, prompt=render(info.observation), observation=info.observation, env_id=KUHN)
+        raw = backend.completion_probabilities(request, [f"\\boxed{{{label}}}" for label in info.labels])
+        return {label: p / sum(raw) for label, p in zip(info.labels, raw)}
+
+    per_state_check(counts, probabilities, min_states=12)
+
+
+def test_a_run_trained_on_choice_answers_trains_a_row_per_choice(tiny, tmp_path):
+    """Training with ``answers = "choice"``: every batch holds a row per legal answer of each step
+    drawn (two in Kuhn poker; ``expand_choices``), and no game has an invalid move."""
+    overrides = [f'model.model="{tiny}"', "training.learning_steps=2", "training.save_every=1", "training.eval_every=0",
+                 "training.batch_size=32", 'collection.mode="sync"', "collection.eval_games=64", 'collection.answers="choice"',
+                 "collection.eval_policy_metrics=false", 'trackers=[{name="jsonl"}]', "training.filter_zero_advantage=false"]
+    examples = __import__("pathlib").Path(__file__).resolve().parents[3] / "examples"
+    result = unstable_core.run(examples / "openspiel-kuhn-tiny.toml", run_dir=tmp_path / "run", overrides=overrides)
+    assert result.status == "completed" and result.learner_steps == 2
+    assert [r.batch_steps for r in result.train_records()] == [64.0, 64.0]
+    games = [json.loads(line) for name in ("train.jsonl", "eval.jsonl")
+             for line in (tmp_path / "run" / "games" / name).read_text().splitlines()]
+    model_turns = [t for g in games for t in g["turns"] if g["seats"][t["player_id"]]["uid"] != "random-valid"]
+    assert len(model_turns) > 64 and not any(t["invalid"] for g in games for t in g["turns"])
+    assert {t["completion"] for t in model_turns} <= {"\\boxed{[pass]}", "\\boxed{[bet]}"}
 
 
 def per_state_check(counts, probabilities, min_states):

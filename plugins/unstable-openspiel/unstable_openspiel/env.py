@@ -55,6 +55,10 @@ class OpenSpielGame:
         text = render.observation(self.name, self.state, player, self.labels)
         return player, (f"{self.note}\n{text}" if self.note else text)
 
+    def legal_actions(self) -> list[str]:
+        """The labels of the actions open to the player ``observe`` named (``collection.answers = "choice"``)."""
+        return list(self.labels)
+
     def step(self, action: str) -> tuple[bool, bool]:
         player = self.state.current_player()
         chosen = self.labels.get(normalise(action))

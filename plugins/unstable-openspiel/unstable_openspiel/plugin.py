@@ -16,7 +16,7 @@ from .least_exploitable import check_env_solvable
 def unstable_envs() -> list[EnvProviderSpec]:
     return [EnvProviderSpec(name="openspiel", summary="OpenSpiel's two-player games by name (kuhn_poker, leduc_poker, ...)",
                             config=OpenSpielOptions, factory=lambda o, ctx: OpenSpielProvider(o), check_env=check_env,
-                            policy_metrics=True, check_least_exploitable=check_env_solvable)]
+                            policy_metrics=True, legal_actions=True, check_least_exploitable=check_env_solvable)]
 
 
 @hookimpl

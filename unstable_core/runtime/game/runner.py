@@ -1,6 +1,7 @@
 """The game runner: plays one GameSpec to a GameResult.
 
-observation -> template -> prompt -> inference (awaited, so a batching backend serves every game
+observation -> template -> prompt (with the legal actions' answers when the backend chooses among
+them: ``collection.answers = "choice"``) -> inference (awaited, so a batching backend serves every game
 in flight together) -> completion -> extracted action -> env step. Any exception from the env or a
 backend fails that game with its reason; it never escapes.
 
@@ -19,6 +20,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ...basemodel import trusted
+from ...builtin.templates import boxed_answer
 from ...errors import RunFailed, describe_error
 from ...protocols import EnvProvider
 from ...types import Completion, GameResult, GameSpec, GenerationRequest, ModelRef, PlayerTrajectory, Turn
@@ -39,6 +41,7 @@ class GameRunner:
         lockstep: Lockstep | None = None,
         request_timeout_s: float | None = None,
         answers_at_once: Callable[[str], bool] = lambda backend: False,
+        offers_choices: Callable[[str], bool] = lambda backend: False,
     ) -> None:
         self.env_provider = env_provider
         self.templates = templates
@@ -49,6 +52,7 @@ class GameRunner:
         self.lockstep = lockstep  # sync mode: turn rounds (lockstep.py)
         self.request_timeout_s = request_timeout_s
         self.answers_at_once = answers_at_once  # such a backend's requests need no bound
+        self.offers_choices = offers_choices  # such a backend's requests carry the legal answers (answers = "choice")
 
     async def _bounded(self, answer: Awaitable[Any], ref: ModelRef) -> Any:
         """``answer``, or RunFailed naming the backend and model when it takes longer than
@@ -77,6 +81,7 @@ class GameRunner:
             timeout = self.request_timeout_s
             bounded = [timeout is not None and not self.answers_at_once(ref.backend) for ref in seats]
             tokenizers = [b.tokenizer for b in backends]
+            choosing = [self.offers_choices(ref.backend) for ref in seats]
             env_id, seed = spec.env.env_id, spec.seed
             # a grouped game's own sampling stream, after the turns its group shares (branch_turn)
             own, branch = (index_seed(seed, spec.group_index), spec.branch_turn) if spec.group_index else (seed, 0)
@@ -112,9 +117,13 @@ class GameRunner:
                 fields = {
                     "model": seats[pid], "prompt": prompt, "observation": observation, "env_id": env_id,
                     "player_id": pid, "seed": turn_seed(own if turns >= branch else seed, turns), "game_seed": seed,
+                    "choices": None,
                 }
                 # the env's and template's values are used as they are when their types are
                 # exact; anything else is validated (coerced, or the game fails naming the field)
+                if choosing[pid]:  # collection.answers = "choice": the answers of the legal actions
+                    labels = await calls.run(env.legal_actions) if threaded else env.legal_actions()
+                    fields["choices"] = [boxed_answer(label) for label in labels]
                 if type(prompt) is str and type(observation) is str and type(pid) is int:
                     request = trusted(GenerationRequest, fields)
                 else:
@@ -156,6 +165,8 @@ class GameRunner:
                         "invalid": invalid,
                         "trainable": completion.trainable,
                         "truncated": completion.truncated,
+                        "choice_token_ids": completion.choice_token_ids,
+                        "choice_probabilities": completion.choice_probabilities,
                     }
                 )
                 turns += 1

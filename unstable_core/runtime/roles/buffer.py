@@ -2,7 +2,8 @@
 
 ``add(results)`` turns each finished game into steps with the final and step transforms applied
 (by the core, so a third-party buffer cannot forget them) and stores them; ``draw(n, version)``
-takes steps out, applies the sampling transforms and drops the steps the learner declared
+takes steps out, applies the sampling transforms, turns each step answered among choices into a
+row per choice (``choices.py``: ``collection.answers = "choice"``) and drops the steps the learner declared
 useless (``LearnerSpec.drop_zero_advantage``, overridden by ``training.filter_zero_advantage``).
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ...choices import expand_choices
 from ...errors import ComponentError
 from ...state import load_into, state_of
 from ...types import Batch, GameResult, Step
@@ -59,7 +61,7 @@ class BufferRole:
         steps = guarded(self.label, "draw", self.buffer.draw, n)
         if not isinstance(steps, list) or not all(isinstance(s, Step) for s in steps):
             raise ComponentError(f"{self.label}: draw returned {type(steps).__name__}; expected a list of Step")
-        steps = self.rewards.sampling(steps)
+        steps = expand_choices(self.rewards.sampling(steps))  # answers drawn among choices: a row each
         if not self.drop_zero_advantage:
             return Batch(steps=steps, learner_version=learner_version)
         keep = [s for s in steps if s.reward != 0.0]

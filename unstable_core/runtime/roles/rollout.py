@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+from ...builtin.templates import boxed_answer
 from ...config import env_provider_of
 from ...errors import PluginError, RunFailed
 from ...protocols import ActionProbabilities, ExactPayoffs, LeastExploitable, MixtureMetrics, PolicyMetrics
@@ -38,6 +39,7 @@ class Rollout:
         self._templates: dict[str, Any] = {}
         self._backends: dict[str, Any] = {}
         self._at_once: dict[str, bool] = {}  # backend name -> its spec's answers_at_once
+        self._choosing: dict[str, bool] = {}  # backend name -> its spec's answers_choices
         self._games: set[asyncio.Future[GameResult]] = set()  # games that suspended, until they end
         self._scored: dict[tuple[Any, ...], list[float]] = {}  # action probabilities a model's backend gave
         collection = cfg.collection
@@ -46,6 +48,7 @@ class Rollout:
         self.runner = GameRunner(
             self.env_providers, self.template, self.backend, collection.max_turns, collection.max_action_chars, self.env_calls,
             self.lockstep, collection.request_timeout_s, lambda name: self._at_once.get(name, False),
+            lambda name: collection.answers == "choice" and self._choosing.get(name, False),
         )
         # build every backend a seat can name now: a broken one fails before the first game
         base = cfg.model_ref()
@@ -64,6 +67,7 @@ class Rollout:
             key = "inference" if name == self.trained_backend else f"backends.{name}"
             backend = self._backends[name] = self.builder.build(key)
             self._at_once[name] = self.builder.spec(key).answers_at_once
+            self._choosing[name] = self.builder.spec(key).answers_choices
         return backend
 
     async def play(self, specs: list[GameSpec]) -> list[GameResult]:
@@ -205,7 +209,7 @@ class Rollout:
             if found is None:
                 prompt = template.render(observation, tokenizer=backend.tokenizer)
                 request = GenerationRequest(model=model, prompt=prompt, observation=observation, env_id=env.env_id)
-                found = self._scored[key] = list(backend.completion_probabilities(request, [f"\\boxed{{{label}}}" for label in labels]))
+                found = self._scored[key] = list(backend.completion_probabilities(request, [boxed_answer(label) for label in labels]))
             return list(found)
 
         return probabilities

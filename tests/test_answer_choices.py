@@ -1,0 +1,141 @@
+"""``collection.answers = "choice"``: the game runner offers a backend that declares
+``answers_choices`` the legal actions' answers (``request.choices``), only that backend, and the
+config check refuses the mode, one line a problem, where the env or the trained backend cannot
+take part in it."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import unstable_core
+from unstable_core import Completion, ConfigError, EnvSpec, GameSpec, GenerationRequest, LegalActions, ModelRef
+from unstable_core.runtime.game.envcalls import EnvCalls
+from unstable_core.runtime.game.runner import GameRunner
+from unstable_core.testing import PickBestGame, ToyProvider, toy_config, toy_plugin
+
+
+class LabelledGame(PickBestGame):
+    def legal_actions(self) -> list[str]:
+        return [f"[{a}]" for a in self.actions]
+
+
+class LabelledProvider(ToyProvider):
+    def make(self, env):
+        return LabelledGame(**env.kwargs)
+
+
+class Recorder:
+    """Answers the last choice offered, or an answer no env accepts when none are."""
+
+    tokenizer = None
+
+    def __init__(self) -> None:
+        self.requests: list[GenerationRequest] = []
+
+    async def generate(self, request: GenerationRequest) -> Completion:
+        self.requests.append(request)
+        return Completion(text=request.choices[-1] if request.choices else "\\boxed{Z}")
+
+
+@pytest.mark.parametrize("env_calls", ["loop", "threads"])
+def test_only_a_choosing_backends_requests_carry_the_legal_answers(env_calls):
+    chooser, free = Recorder(), Recorder()
+    backends = {"chooser": chooser, "free": free}
+    calls = EnvCalls(env_calls)
+    template = unstable_core.build_component("template", "default")
+    runner = GameRunner(LabelledProvider(), lambda n: template, backends.__getitem__, env_calls=calls,
+                        offers_choices=lambda name: name == "chooser")
+    seats = [ModelRef(uid="a", backend="chooser", model="m"), ModelRef(uid="b", backend="free", model="m")]
+    spec = GameSpec(game_idx=0, seed=1, env=EnvSpec(env_id="PickBest-v0", kwargs={"actions": ["A", "B", "C"]}), seats=seats)
+
+    async def play():
+        try:
+            return await runner.play(spec)
+        finally:
+            calls.close()
+
+    result = asyncio.run(play())
+    assert [r.choices for r in chooser.requests] == [["\\boxed{[A]}", "\\boxed{[B]}", "\\boxed{[C]}"]]
+    assert [r.choices for r in free.requests] == [None]
+    first, second = (t.turns[0] for t in result.trajectories)
+    assert (first.action, first.invalid) == ("[C]", False)  # one of the offered answers, which the env accepts
+    assert second.invalid and result.rewards == {0: 1.0, 1: -1.0}  # the free seat answered what it liked
+    assert isinstance(LabelledGame(), LegalActions) and not isinstance(PickBestGame(), LegalActions)
+
+
+def test_the_config_check_names_the_env_and_the_backend_that_cannot_choose(tmp_path):
+    system = unstable_core.load_plugins(entry_points=False, extra=[("toy", toy_plugin)])
+    with pytest.raises(ConfigError) as caught:
+        unstable_core.build(toy_config(collection={"answers": "choice"}), run_dir=tmp_path / "r", plugins=system)
+    text = str(caught.value)
+    assert ('collection.answers = "choice" needs the legal actions of PickBest-v0: env provider \'toy\' offers none' in text)
+    assert "inference 'tabular' cannot answer one of the given choices (answers_choices; hf can)" in text
+    with pytest.raises(ConfigError, match="collection.answers"):
+        unstable_core.build(toy_config(collection={"answers": "menu"}), run_dir=tmp_path / "r2", plugins=system)
+
+
+def choice_step(reward: float, chosen: int, choices: list[list[int]], probabilities: list[float]):
+    from unstable_core import Step, Turn
+
+    turn = Turn(player_id=0, observation="o", prompt="p", prompt_token_ids=[7, 8], completion="c",
+                completion_token_ids=choices[chosen], logprobs=[-0.1 * (i + 1) for i in range(len(choices[chosen]))],
+                action="[a]", format_ok=True, choice_token_ids=choices, choice_probabilities=probabilities)
+    return Step(env_id="E", game_idx=0, player_id=0, turn_index=0, num_turns=1, turn=turn, final_reward=reward, reward=reward)
+
+
+def test_a_step_answered_among_choices_becomes_a_row_per_choice_worked_by_hand():
+    """Advantage 2, chosen 'bet' (probability 0.25) of 'bet' / 'pass', which share two leading
+    tokens and end alike: each row trains its deciding token only, the shared ones move to the
+    prompt; advantages 2 * (1 - 0.25) and 2 * (0 - 0.75), times rows / steps = 3 / 2 with the
+    plain step beside them."""
+    from unstable_core import expand_choices
+
+    bet, pass_ = [1, 2, 3, 9], [1, 2, 4, 9]
+    plain = choice_step(1.0, 0, [[5, 9]], [1.0]).model_copy(deep=True)
+    plain.turn.choice_token_ids, plain.turn.choice_probabilities = [], []
+    rows = expand_choices([choice_step(2.0, 0, [bet, pass_], [0.25, 0.75]), plain])
+    assert [r.turn.prompt_token_ids for r in rows] == [[7, 8, 1, 2], [7, 8, 1, 2], [7, 8]]
+    assert [r.turn.completion_token_ids for r in rows] == [[3], [4], [5, 9]]
+    assert [r.turn.logprobs for r in rows] == [pytest.approx([-0.3]), [], pytest.approx([-0.1, -0.2])]
+    assert [r.reward for r in rows] == pytest.approx([2.25, -2.25, 1.5])
+    assert expand_choices([plain]) == [plain]  # nothing answered among choices: the batch as it was
+
+
+def test_the_rows_step_is_the_gradient_of_the_renormalised_policy():
+    """One decision position, logits over {bet, pass, junk}; the played policy is p renormalised
+    over {bet, pass}. Sum over the rows of advantage * d log p(row's token) / d logits equals
+    A * d log pi(chosen) / d logits (finite differences), for either choice; the chosen answer's
+    own gradient alone does not (it moves junk's share too)."""
+    import math
+
+    from unstable_core import expand_choices
+
+    logits = [0.3, -0.4, 1.1]
+    vocab = {3: 0, 4: 1}
+
+    def log_softmax(z, i):
+        return z[i] - math.log(sum(math.exp(v) for v in z))
+
+    def log_pi(z, i):
+        return log_softmax(z, i) - math.log(math.exp(log_softmax(z, 0)) + math.exp(log_softmax(z, 1)))
+
+    def grad(f, z):
+        h = 1e-6
+        return [(f([v + h * (j == k) for j, v in enumerate(z)]) - f([v - h * (j == k) for j, v in enumerate(z)])) / (2 * h)
+                for k in range(len(z))]
+
+    pi = [math.exp(log_pi(logits, i)) for i in (0, 1)]
+    for chosen in (0, 1):
+        rows = expand_choices([choice_step(1.7, chosen, [[1, 3, 9], [1, 4, 9]], pi)])
+        scale = len(rows)  # rows / steps, which the learner's mean over rows divides out again
+        step = [0.0, 0.0, 0.0]
+        for row in rows:
+            (token,) = row.turn.completion_token_ids
+            g = grad(lambda z, i=vocab[token]: log_softmax(z, i), logits)
+            step = [s + row.reward / scale * gi for s, gi in zip(step, g)]
+        want = [1.7 * g for g in grad(lambda z: log_pi(z, chosen), logits)]
+        assert step == pytest.approx(want, abs=1e-6)
+        alone = [1.7 * g for g in grad(lambda z: log_softmax(z, chosen), logits)]
+        assert alone != pytest.approx(want, abs=1e-3)

@@ -1,0 +1,76 @@
+"""The policy gradient of answers drawn among choices (``collection.answers = "choice"``).
+
+A backend that answers one of the offered texts plays the model's probabilities renormalised over
+them, ``pi(a) = p(a) / sum_b p(b)``, and the gradient of ``log pi(c)`` is
+
+    grad log p(c) - sum_a pi(a) grad log p(a)
+
+the chosen answer's own log-probability gradient less the ``pi``-weighted mean of every offered
+answer's. A learner that trains each row's ``log p`` with the row's reward as its advantage takes
+exactly that step when a step of advantage ``A`` becomes one row per offered answer ``a``, of
+advantage ``A * ([a = c] - pi(a))``. Pushing down every answer of a state alike (a state where
+every move loses) then changes nothing, as it should (``pi`` is unchanged); training the chosen
+answer alone would push the mass off all the legal answers onto texts that are never played, and
+the renormalised policy would stop moving.
+
+The tokens every offered answer starts with (``\\boxed{[``) have weights that sum to zero over the
+rows: they move to the rows' prompts, where no learner trains them. Left in the completions they
+would cancel only while every row's term has the same form; under PPO's clip, the rows of
+opposite sign are clipped at different ratios and that shared prefix would be pushed down alone.
+The rows' advantages are scaled by rows / steps, so that a learner that averages over its batch's
+rows takes the step that the steps' mean describes. A row of an answer not chosen carries that
+answer's token ids (no rollout logprobs); its text fields stay the chosen turn's.
+"""
+
+from __future__ import annotations
+
+from .types import Step
+
+
+def expand_choices(steps: list[Step]) -> list[Step]:
+    """Each step whose turn was answered among choices as a row per choice (see the module);
+    other steps as they are."""
+    rows: list[Step] = []
+    for step in steps:
+        turn = step.turn
+        chosen = list(turn.completion_token_ids)
+        if not turn.choice_token_ids or chosen not in turn.choice_token_ids:
+            rows.append(step)
+            continue
+        choices = [list(ids) for ids in turn.choice_token_ids]
+        shared = common_prefix(choices)
+        prompt = list(turn.prompt_token_ids) + chosen[:shared]
+        for ids, p in zip(choices, turn.choice_probabilities, strict=True):
+            mine = ids == chosen
+            end = deciding_end(ids, choices)
+            row_turn = turn.model_copy(update={"prompt_token_ids": prompt, "completion_token_ids": ids[shared:end],
+                                               "logprobs": list(turn.logprobs[shared:end]) if mine else []})
+            rows.append(step.model_copy(update={"turn": row_turn, "reward": step.reward * (float(mine) - p)}))
+    if len(rows) == len(steps):
+        return rows
+    scale = len(rows) / len(steps)
+    return [row.model_copy(update={"reward": row.reward * scale}) for row in rows]
+
+
+def common_prefix(sequences: list[list[int]]) -> int:
+    """How many leading tokens every sequence shares, short of the shortest one's last token
+    (each row keeps at least one completion token)."""
+    shortest = min(len(ids) for ids in sequences)
+    n = 0
+    while n < shortest - 1 and all(ids[n] == sequences[0][n] for ids in sequences):
+        n += 1
+    return n
+
+
+def deciding_end(ids: list[int], choices: list[list[int]]) -> int:
+    """Where ``ids`` stops sharing a prefix with every other choice, plus one: its tokens up to
+    there decide it among the choices; the rest only spell it out."""
+    longest = 0
+    for other in choices:
+        if other is ids or other == ids:
+            continue
+        n = 0
+        while n < min(len(ids), len(other)) and ids[n] == other[n]:
+            n += 1
+        longest = max(longest, n)
+    return min(len(ids), longest + 1)
