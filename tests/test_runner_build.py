@@ -127,7 +127,7 @@ def test_a_pickled_result_loads_as_an_equal_model_with_the_same_fields_set():
 
 def test_trusted_builds_what_validation_builds():
     data = {"text": "\\boxed{[3]}", "prompt_token_ids": [1, 2], "completion_token_ids": [3], "logprobs": [-0.5], "policy_version": 2,
-            "trainable": True, "truncated": False}
+            "trainable": True, "truncated": False, "choice_token_ids": [], "choice_probabilities": []}
     built = trusted(Completion, dict(data))
     assert built == Completion(**data) and built.model_dump() == data
     assert built.model_fields_set == set(data)
