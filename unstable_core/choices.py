@@ -17,6 +17,8 @@ The tokens every offered answer starts with (``\\boxed{[``) have weights that su
 rows: they move to the rows' prompts, where no learner trains them. Left in the completions they
 would cancel only while every row's term has the same form; under PPO's clip, the rows of
 opposite sign are clipped at different ratios and that shared prefix would be pushed down alone.
+A row also ends at its answer's deciding token (the first that no other choice shares): the tokens
+after it only spell the answer out.
 The rows' advantages are scaled by rows / steps, so that a learner that averages over its batch's
 rows takes the step that the steps' mean describes. A row of an answer not chosen carries that
 answer's token ids (no rollout logprobs); its text fields stay the chosen turn's.

@@ -86,7 +86,8 @@ class CollectionConfig(Section):
         "free", description="'free': a model writes its answer token by token and may write one the env rejects. "
         "'choice': each turn the model's backend answers one of the legal actions' answers (\\boxed{label}), drawn "
         "with the probability the model gives each, renormalised over them: it never answers invalidly, and plays "
-        "exactly the policy the exact metrics read. Needs an env provider that offers `legal_actions` (openspiel) and "
+        "exactly the policy the exact metrics read (trained on, it has learnt worse than free answers so far: "
+        "docs/openspiel.md). Needs an env provider that offers `legal_actions` (openspiel) and "
         "a trained backend that declares `answers_choices` (hf); other backends (scripted agents) answer as before.",
     )
     num_eval_games: int = Field(4, ge=1, le=MAX_IN_FLIGHT, description="Evaluation games kept in flight.")
