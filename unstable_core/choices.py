@@ -69,7 +69,7 @@ def deciding_end(ids: list[int], choices: list[list[int]]) -> int:
     there decide it among the choices; the rest only spell it out."""
     longest = 0
     for other in choices:
-        if other is ids or other == ids:
+        if other == ids:
             continue
         n = 0
         while n < min(len(ids), len(other)) and ids[n] == other[n]:

@@ -119,11 +119,11 @@ class GameRunner:
                     "player_id": pid, "seed": turn_seed(own if turns >= branch else seed, turns), "game_seed": seed,
                     "choices": None,
                 }
-                # the env's and template's values are used as they are when their types are
-                # exact; anything else is validated (coerced, or the game fails naming the field)
                 if choosing[pid]:  # collection.answers = "choice": the answers of the legal actions
                     labels = await calls.run(env.legal_actions) if threaded else env.legal_actions()
                     fields["choices"] = [boxed_answer(label) for label in labels]
+                # the env's and template's values are used as they are when their types are
+                # exact; anything else is validated (coerced, or the game fails naming the field)
                 if type(prompt) is str and type(observation) is str and type(pid) is int:
                     request = trusted(GenerationRequest, fields)
                 else:
