@@ -155,7 +155,7 @@ def _league(cfg, plugins, run_dir):
 def test_scheduled_specs_equal_their_validated_copies(tmp_path, make_plugin_system):
     import asyncio
 
-    from unstable_core.plugins import load_plugins
+    from unstable_core import load_plugins
     from unstable_core.testing.toy import ToyPlugin, toy_config
 
     tournament = {
@@ -174,8 +174,7 @@ def test_scheduled_specs_equal_their_validated_copies(tmp_path, make_plugin_syst
 def test_a_sampler_answering_a_dict_seat_fails_naming_the_sampler(tmp_path):
     import asyncio
 
-    from unstable_core import ComponentError
-    from unstable_core.plugins import load_plugins
+    from unstable_core import ComponentError, load_plugins
 
     cfg = {"name": "t", "train_envs": ["TicTacToe-v0-train"], "opponents": ["random-valid"], "model_sampler": {"name": "fixed"}}
     league = _league(cfg, load_plugins(), tmp_path / "t")

@@ -41,7 +41,8 @@ _LAZY = {
         "UnstableError", "ConfigError", "PluginError", "UnknownComponentError", "ComponentError", "RunFailed",
         "RunInterrupted",
     )},
-    **{n: "plugins" for n in ("PluginSystem", "PluginRecord", "PluginRecipe", "load_plugins", "get_plugin_system")},
+    **{n: "plugins" for n in ("PluginSystem", "PluginRecord", "get_plugin_system")},
+    **{n: "plugin_loading" for n in ("PluginRecipe", "load_plugins")},
     **{n: "config" for n in ("RunConfig", "load_config", "validate_config", "ComponentChoice", "env_provider_of")},
     "SECRET_ERROR": "config_loading",
     **{n: "records" for n in (

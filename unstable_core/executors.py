@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from .lazy import lazy_names
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .plugins import PluginRecipe
+    from .plugin_loading import PluginRecipe
     from .runtime.plan import Recipe, RunPlan
     from .runtime.roles.start import build_role
     from .types import Batch, Checkpoint, EnvSpec, GameResult, GameSpec, ModelRef
@@ -249,7 +249,7 @@ def report_restart(role: str, cause: str, restarts: int, max_restarts: int, pid:
 
 
 _LAZY = {"RunPlan": "runtime.plan", "Recipe": "runtime.plan", "build_role": "runtime.roles.start",
-         "PluginRecipe": "plugins"}
+         "PluginRecipe": "plugin_loading"}
 
 
 _lazy = lazy_names(__name__, _LAZY)

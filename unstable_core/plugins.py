@@ -1,53 +1,32 @@
-"""The plugin manager: built-ins, entry points, per-plugin error isolation, switches, catalog.
+"""The plugin system: a pluggy manager with per-plugin error isolation, tracing and the catalog.
 
-Loading order: the core's built-in plugin modules (``unstable_core.builtin.*``), then every entry
-point of group ``unstable``, one at a time. A plugin that fails to import, whose registration hook
-raises, that implements an unknown hook, or that returns a record of the wrong type is recorded
-with status ``error`` and unregistered; the others keep working.
-
-Environment switches:
-
-``UNSTABLE_LOAD_PLUGINS``     comma list of entry-point or distribution names to load; set but
-                              empty loads no entry-point plugin (built-ins always load).
-``UNSTABLE_DISABLE_PLUGINS``  comma list of plugin or distribution names not to load (status
-                              ``disabled``); built-ins may be disabled too, by their name.
-``UNSTABLE_STRICT_PLUGINS=1`` re-raise a plugin's error instead of recording it (for authors).
-``UNSTABLE_TRACE_PLUGINS=1``  print each hook call and its result to stderr.
+A plugin that fails to register, whose registration hook raises, that implements an unknown hook,
+or that returns a record of the wrong type is recorded with status ``error`` and unregistered; the
+others keep working. How plugins are found and loaded (built-ins, entry points, the environment
+switches) is in ``unstable_core.plugin_loading``; ``load_plugins`` builds a system from them.
 """
 
 from __future__ import annotations
 
 import difflib
-import importlib
 import os
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import pluggy
 
-from . import __version__, hookspecs
+from . import hookspecs
 from .components import KINDS, ComponentSpec
 from .errors import ConfigError, PluginError, UnknownComponentError, describe_error
+from .lazy import lazy_names
+
+if TYPE_CHECKING:
+    from .plugin_loading import PluginRecipe
 
 GROUP = "unstable"
 S = TypeVar("S", bound=ComponentSpec)
-CORE_DIST = "unstable-core"
-
-#: The core's own plugin modules, registered before any entry point.
-BUILTIN_MODULES = (
-    "env_textarena",
-    "templates",
-    "samplers",
-    "raters",
-    "transforms",
-    "buffers",
-    "inference_scripted",
-    "executor_local",
-    "trackers",
-)
-
 Status = Literal["active", "disabled", "error"]
 
 
@@ -77,14 +56,8 @@ class PluginRecord:
         }
 
 
-def _env_list(var: str) -> list[str] | None:
-    raw = os.environ.get(var)
-    if raw is None:
-        return None
-    return [x.strip() for x in raw.split(",") if x.strip()]
-
-
-def _truthy(var: str) -> bool:
+def truthy_env(var: str) -> bool:
+    """Whether environment variable ``var`` is set to 1, true, yes or on."""
     return os.environ.get(var, "").strip().lower() in {"1", "true", "yes", "on"}
 
 
@@ -96,8 +69,8 @@ class PluginSystem:
         self.pm.add_hookspecs(hookspecs)
         self.records: dict[str, PluginRecord] = {}
         self.catalog: dict[tuple[str, str], tuple[ComponentSpec, PluginRecord]] = {}
-        self.strict = _truthy("UNSTABLE_STRICT_PLUGINS") if strict is None else strict
-        self.trace = _truthy("UNSTABLE_TRACE_PLUGINS") if trace is None else trace
+        self.strict = truthy_env("UNSTABLE_STRICT_PLUGINS") if strict is None else strict
+        self.trace = truthy_env("UNSTABLE_TRACE_PLUGINS") if trace is None else trace
         #: how to load the same plugins in another process (set by ``load_plugins``)
         self.recipe: PluginRecipe | None = None
         if self.trace:
@@ -236,54 +209,6 @@ class PluginSystem:
     def add_disabled(self, name: str, package: str, version: str, builtin: bool = False) -> None:
         self.records[name] = PluginRecord(name=name, package=package, version=version, status="disabled", builtin=builtin)
 
-    # -- loading --------------------------------------------------------------------------------
-    def load_builtins(self, disabled: Iterable[str] = ()) -> None:
-        disabled = set(disabled)
-        for short in BUILTIN_MODULES:
-            name = f"core.{short}"
-            if name in disabled or short in disabled:
-                self.add_disabled(name, CORE_DIST, __version__, builtin=True)
-                continue
-            module = importlib.import_module(f"unstable_core.builtin.{short}")
-            self.register(module, name=name, package=CORE_DIST, version=__version__, builtin=True)
-
-    def load_entry_points(self, load: list[str] | None = None, disabled: Iterable[str] = ()) -> None:
-        from importlib.metadata import entry_points
-
-        disabled = set(disabled)
-        seen: set[str] = set()
-        found = sorted(entry_points(group=GROUP), key=lambda e: e.name)
-        if load is not None:
-            dists = [getattr(ep, "dist", None) for ep in found]
-            known = {ep.name for ep in found} | {dist.name for dist in dists if dist is not None}
-            unknown = [name for name in load if name not in known]
-            if unknown:
-                close = difflib.get_close_matches(unknown[0], sorted(known), n=1)
-                hint = f" Did you mean {close[0]!r}?" if close else ""
-                raise PluginError(f"UNSTABLE_LOAD_PLUGINS names {', '.join(map(repr, unknown))}, which no installed plugin "
-                                  f"is.{hint} Installed: {', '.join(sorted(ep.name for ep in found)) or '(none)'}")
-        for ep in found:
-            if ep.name in seen:  # the same distribution found twice on sys.path
-                continue
-            seen.add(ep.name)
-            dist = getattr(ep, "dist", None)
-            package = dist.name if dist is not None else "?"
-            version = dist.version if dist is not None else "?"
-            names = {ep.name, package}
-            if names & disabled or (load is not None and not names & set(load)):
-                self.add_disabled(ep.name, package, version)
-                continue
-            record = PluginRecord(name=ep.name, package=package, version=version)
-            try:
-                plugin = ep.load()
-            except KeyboardInterrupt:
-                raise
-            except BaseException as exc:  # sys.exit() in a plugin's import must not end the CLI
-                self.records[ep.name] = record
-                self._fail(record, exc, "import failed")
-                continue
-            self.register(plugin, name=ep.name, package=package, version=version)
-
     # -- catalog --------------------------------------------------------------------------------
     def names(self, kind: str) -> list[str]:
         return sorted(n for k, n in self.catalog if k == kind)
@@ -344,65 +269,6 @@ def call_each(pm: pluggy.PluginManager, hook_name: str, describe: Any, kwargs: d
     return results
 
 
-def load_plugins(
-    *,
-    builtins: bool = True,
-    entry_points: bool = True,
-    extra: Iterable[tuple[str, Any]] = (),
-    strict: bool | None = None,
-    trace: bool | None = None,
-) -> PluginSystem:
-    """Build a fresh plugin system: built-ins, then entry points (honouring the env switches),
-    then ``extra`` (name, plugin object) pairs registered as if they were installed plugins."""
-    recipe = PluginRecipe(
-        builtins=builtins, entry_points=entry_points, extra=tuple(extra),
-        strict=_truthy("UNSTABLE_STRICT_PLUGINS") if strict is None else strict,
-        trace=_truthy("UNSTABLE_TRACE_PLUGINS") if trace is None else trace,
-        disabled=tuple(_env_list("UNSTABLE_DISABLE_PLUGINS") or ()), only=_env_list("UNSTABLE_LOAD_PLUGINS"),
-    )
-    return recipe.load()
-
-
-@dataclass(frozen=True)
-class PluginRecipe:
-    """How a plugin system was loaded, picklable: another process (a Ray actor) loads the same
-    plugins with ``recipe.load()``. ``PluginSystem.recipe`` holds it for systems made by
-    ``load_plugins``; a plugin module in ``extra`` travels by its import name."""
-
-    builtins: bool = True
-    entry_points: bool = True
-    extra: tuple[tuple[str, Any], ...] = ()
-    strict: bool = False
-    trace: bool = False
-    disabled: tuple[str, ...] = ()
-    only: list[str] | None = None  # UNSTABLE_LOAD_PLUGINS
-
-    def load(self) -> PluginSystem:
-        """A fresh plugin system loaded this way, in this process."""
-        system = PluginSystem(strict=self.strict, trace=self.trace)
-        if self.builtins:
-            system.load_builtins(self.disabled)
-        if self.entry_points:
-            system.load_entry_points(self.only, self.disabled)
-        for name, plugin in self.extra:
-            if isinstance(plugin, _ModuleByName):
-                plugin = importlib.import_module(plugin.name)
-            system.register(plugin, name=name, package=getattr(plugin, "__name__", name), version="0")
-        system.recipe = self
-        return system
-
-    def __reduce__(self) -> Any:
-        extra = tuple((name, _ModuleByName(p.__name__) if isinstance(p, type(sys)) else p) for name, p in self.extra)
-        return (PluginRecipe, (self.builtins, self.entry_points, extra, self.strict, self.trace, self.disabled, self.only))
-
-
-class _ModuleByName:
-    """A plugin module, pickled as its import name."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-
 _CACHED: PluginSystem | None = None
 
 
@@ -419,5 +285,16 @@ def get_plugin_system() -> PluginSystem:
     """The process-wide plugin system (built on first use)."""
     global _CACHED
     if _CACHED is None:
+        from .plugin_loading import load_plugins
+
         _CACHED = load_plugins()
     return _CACHED
+
+
+
+#: ``load_plugins`` and ``PluginRecipe`` live in ``plugin_loading`` (which imports this module).
+_lazy = lazy_names(__name__, {"load_plugins": "plugin_loading", "PluginRecipe": "plugin_loading"})
+
+
+def __getattr__(name: str) -> Any:
+    return _lazy(name)
