@@ -11,11 +11,16 @@ normaliser. The base learner does the rest: packing, chunks, clipping, checkpoin
 
 import torch
 
+from unstable_core import Step
 from unstable_hf.training import LoraLearner
+
+from .options import KLReinforceOptions
 
 
 class KLReinforce(LoraLearner):
-    def loss(self, steps, batch_size):
+    options: KLReinforceOptions
+
+    def loss(self, steps: list[Step], batch_size: int) -> tuple[torch.Tensor, dict[str, float]]:
         packed = self.pack(steps)
         logp = self.policy.completion_logprobs(packed)
         ref = self.policy.completion_logprobs(packed, adapter=False)

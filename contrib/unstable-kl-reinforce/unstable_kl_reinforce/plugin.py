@@ -1,12 +1,14 @@
 """Hook implementations: nothing heavy is imported here (``unstable plugins list`` imports it)."""
 
-from unstable_core import LearnerSpec, UnstableError, hookimpl
+from typing import Any
+
+from unstable_core import BuildContext, LearnerSpec, UnstableError, hookimpl
 from unstable_hf.options import check_device, lora_adapter
 
 from .options import KLReinforceOptions
 
 
-def make_learner(options, ctx):
+def make_learner(options: KLReinforceOptions, ctx: BuildContext) -> Any:
     if ctx.model is None or not ctx.model.model:
         raise UnstableError("the kl-reinforce learner needs [model] model = ... (the model being trained)")
     from .learner import KLReinforce
@@ -15,7 +17,7 @@ def make_learner(options, ctx):
 
 
 @hookimpl
-def unstable_learners():
+def unstable_learners() -> list[LearnerSpec]:
     return [LearnerSpec(name="kl-reinforce", summary="REINFORCE with a KL penalty to the frozen base policy",
                         config=KLReinforceOptions, factory=make_learner, blocking=True,
                         drop_zero_advantage=False,  # a zero-reward step still carries the KL gradient

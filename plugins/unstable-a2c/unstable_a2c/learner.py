@@ -25,9 +25,12 @@ from unstable_hf.training import LoraLearner
 
 from .critic import Critic
 from .gae import episodes, gae, turn_rewards
+from .options import A2COptions
 
 
 class A2CLearner(LoraLearner):
+    options: A2COptions
+
     def build_modules(self) -> None:
         self.critic = Critic(self.policy, self.options, self.base_model)
 

@@ -252,6 +252,7 @@ class HFInference:
                 prompt = prompt[-o.max_prompt_tokens :]
             targets = completion_targets(tok, completions, o.max_tokens)
             pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+            serving: contextlib.AbstractContextManager[Any]
             if self._mixes_adapters(request.model.model):  # a row per target scored, its adapter by forward hooks
                 serving = mixed(model, [self._resident(model, request.model) or BASE] * sum(1 for t in targets if t))
             else:

@@ -97,7 +97,8 @@ def load_causal_lm(path: str, options: ModelLoadOptions) -> Any:
         model = AutoModelForCausalLM.from_pretrained(
             path, dtype=torch_dtype(options.dtype), trust_remote_code=options.trust_remote_code
         )
-        return model.to(resolve_device(options.device))
+        # transformers 5 types PreTrainedModel.to through a decorator whose first argument is the model
+        return model.to(resolve_device(options.device))  # type: ignore[arg-type]
 
 
 def lora_config(options: LoraOptions) -> Any:
@@ -105,7 +106,7 @@ def lora_config(options: LoraOptions) -> Any:
 
     return LoraConfig(
         r=options.rank,
-        lora_alpha=options.alpha,
+        lora_alpha=options.alpha,  # type: ignore[arg-type]  # annotated int; peft scales by alpha / r, a float works
         lora_dropout=options.dropout,
         target_modules=list(options.target_modules),
         modules_to_save=list(options.modules_to_save) or None,

@@ -89,25 +89,25 @@ class _ChunkedLogprobs(torch.autograd.Function):
         chunk, temperature, softcap = ctx.chunk, ctx.temperature, ctx.softcap
         need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         acc = lse.dtype
-        grad_h = None
+        grad_h: torch.Tensor | None = None
         if need_h and ctx.has_jac:
             grad_h = (jac * grad_out[:, None].to(acc)).to(hidden.dtype)
-        recompute_h = need_h and grad_h is None
-        if recompute_h:
-            grad_h = torch.empty_like(hidden)
+        recomputed_h = torch.empty_like(hidden) if need_h and grad_h is None else None
         grad_w = torch.zeros(weight.shape, dtype=acc, device=weight.device) if need_w else None
-        if recompute_h or need_w:
+        if recomputed_h is not None or grad_w is not None:
             wf = weight.to(acc)
             for s in range(0, hidden.shape[0], chunk):
                 h = hidden[s : s + chunk]
                 z, t = _chunk_logits(h, weight, temperature, softcap)  # recomputed, never stored
                 go = grad_out[s : s + chunk, None].to(acc)
                 g = _dlogp_dz(z, t, lse[s : s + chunk], targets[s : s + chunk], go, temperature)
-                if recompute_h:
-                    grad_h[s : s + chunk] = (g @ wf).to(hidden.dtype)
-                if need_w:
+                if recomputed_h is not None:
+                    recomputed_h[s : s + chunk] = (g @ wf).to(hidden.dtype)
+                if grad_w is not None:
                     grad_w.addmm_(g.t(), h.to(acc))
-        return grad_h, (grad_w.to(weight.dtype) if need_w else None), None, None, None, None, None
+        if recomputed_h is not None:
+            grad_h = recomputed_h
+        return grad_h, (grad_w.to(weight.dtype) if grad_w is not None else None), None, None, None, None, None
 
 
 def _dlogp_dz(z: torch.Tensor, t: torch.Tensor | None, lse: torch.Tensor, targets: torch.Tensor, go: torch.Tensor,

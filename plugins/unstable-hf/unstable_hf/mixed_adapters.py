@@ -40,7 +40,7 @@ def _layers(model: Any) -> tuple[list[Any], list[Any], list[Any]]:
 
     adapters = tuple(model.peft_config)
     if model in _found and _found[model][0] == adapters:
-        return _found[model][1]  # type: ignore[no-any-return]
+        return _found[model][1]
     modules = list(model.modules())
     linear = [m for m in modules if isinstance(m, Linear)]
     other = [m for m in modules if isinstance(m, LoraLayer) and not isinstance(m, Linear)]

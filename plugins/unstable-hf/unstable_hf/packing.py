@@ -9,7 +9,7 @@ position 0), so that every token the steps share is computed once (see ``prefix.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 
@@ -79,7 +79,14 @@ class Packed:
         return hidden.flatten(0, 1)[index]
 
 
-def completion_fields(seqs: list[Sequence], device: Any) -> dict[str, torch.Tensor]:
+class CompletionFields(TypedDict):
+    targets: torch.Tensor
+    rows: torch.Tensor
+    rollout_logprobs: torch.Tensor
+    completion_lengths: torch.Tensor
+
+
+def completion_fields(seqs: list[Sequence], device: Any) -> CompletionFields:
     """targets, rows, rollout logprobs and completion lengths: the same in both layouts."""
     targets: list[int] = []
     rows: list[int] = []
@@ -88,11 +95,11 @@ def completion_fields(seqs: list[Sequence], device: Any) -> dict[str, torch.Tens
         targets += s.completion
         rows += [i] * len(s.completion)
         old += s.rollout_logprobs + [float("nan")] * (len(s.completion) - len(s.rollout_logprobs))
-    return {
-        "targets": torch.tensor(targets, device=device), "rows": torch.tensor(rows, device=device),
-        "rollout_logprobs": torch.tensor(old, device=device),
-        "completion_lengths": torch.tensor([len(s.completion) for s in seqs], device=device),
-    }
+    return CompletionFields(
+        targets=torch.tensor(targets, device=device), rows=torch.tensor(rows, device=device),
+        rollout_logprobs=torch.tensor(old, device=device),
+        completion_lengths=torch.tensor([len(s.completion) for s in seqs], device=device),
+    )
 
 
 def pack(seqs: list[Sequence], device: Any = "cpu") -> Packed:

@@ -29,7 +29,7 @@ def split_body_and_head(causal_lm: Any) -> tuple[Any, Any]:
     return body, base.get_output_embeddings()
 
 
-_own_attention: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+_own_attention: weakref.WeakKeyDictionary[Any, str | None] = weakref.WeakKeyDictionary()
 
 
 def _attention_for(body: Any, packed: Packed) -> None:

@@ -67,7 +67,7 @@ class Trie:
     def subtree_ends(self) -> list[int]:
         """For each node, the index after the last node of its subtree (preorder: the next node
         at its depth or above)."""
-        ends, open_nodes, depths = [self.size] * self.size, [], self.depths
+        ends, open_nodes, depths = [self.size] * self.size, list[int](), self.depths
         for node, depth in enumerate(depths):
             while open_nodes and depths[open_nodes[-1]] >= depth:
                 ends[open_nodes.pop()] = node
@@ -210,7 +210,7 @@ def _block_mask(tries: list[Trie], width: int, device: Any) -> Any:
         ends[r, : trie.size] = torch.tensor(trie.subtree_ends())
     ends = ends.to(device)
 
-    def ancestors(b, h, q, k):
+    def ancestors(b: Any, h: Any, q: Any, k: Any) -> Any:
         return (k <= q) & (q < ends[b, k])
 
     return create_block_mask(ancestors, len(tries), None, width, width, device=device)

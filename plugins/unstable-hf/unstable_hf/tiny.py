@@ -186,7 +186,7 @@ async def _play_scripted(spec: TinySpec, games: int, seed: int, opponent: str | 
     ref = ModelRef(uid=spec.sft_agent, model=spec.sft_agent, backend=spec.sft_backend)
     other = ModelRef(uid=opponent, model=opponent, backend=spec.sft_backend) if opponent else ref
     rng = random.Random(seed)
-    pairs = []
+    pairs: list[tuple[str, list[str], list[float] | None]] = []
     for g in range(games):
         env_id = spec.env_ids[g % len(spec.env_ids)]
         game = providers[env_provider_of(env_id, "textarena")].make(EnvSpec(env_id=env_id))

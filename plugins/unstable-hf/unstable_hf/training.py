@@ -239,7 +239,7 @@ class LoraLearner:
         chunks = self.chunks(steps)
         layouts: list[str] = []
         sums: dict[str, float] = {}
-        loss, norms, forward, sequence = 0.0, {}, 0, 0
+        loss, norms, forward, sequence = 0.0, {}, 0.0, 0.0  # token counts: summed over ranks as floats
         for epoch in range(self.epochs()):
             self.epoch = epoch
             for optimizer in self.optimizers.values():
@@ -248,7 +248,7 @@ class LoraLearner:
             pass_norms = self.step_optimizers()
             if epoch == 0:  # the update reports its first pass: the loss of the batch as it came
                 loss, norms = pass_loss, pass_norms
-                forward, sequence = self.counts["forward_tokens"], self.counts["sequence_tokens"]
+                forward, sequence = float(self.counts["forward_tokens"]), float(self.counts["sequence_tokens"])
         self.epoch = self.chunk_index = 0  # a later ``loss`` outside an update starts afresh
         if self.distributed:
             loss, forward, sequence = sum_numbers([loss, forward, sequence], self.device)

@@ -135,6 +135,7 @@ class OpenAIInference:
         import openai
 
         o = self.options
+        failure: OpenAIRequestFailed
         for attempt in range(o.max_retries + 1):
             try:
                 return await self._call(request)
@@ -167,7 +168,7 @@ class OpenAIInference:
         if o.send_seeds:
             common["seed"] = request.seed
         if o.endpoint == "chat":
-            messages = ([{"role": "system", "content": o.system_prompt}] if o.system_prompt else [])
+            messages: list[Any] = ([{"role": "system", "content": o.system_prompt}] if o.system_prompt else [])
             messages.append({"role": "user", "content": request.observation or request.prompt})
             if o.token_ids:
                 common["logprobs"] = True
@@ -198,6 +199,7 @@ class OpenAIInference:
         truncated = choice.get("finish_reason") == "length"
         if not trainable:
             return Completion(text=text, trainable=False, truncated=truncated)
+        assert prompt_ids is not None  # trainable
         return Completion(text=text, prompt_token_ids=list(prompt_ids), completion_token_ids=list(ids), logprobs=logprobs,
                           truncated=truncated)
 

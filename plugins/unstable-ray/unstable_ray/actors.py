@@ -122,7 +122,7 @@ class RolloutActor(RoleActor):
 
 
 #: role -> its actor class: the class name is the worker's process title (``ray::RolloutActor.play``)
-ACTOR_CLASSES = {"league": ray.remote(LeagueActor), "buffer": ray.remote(BufferActor),
+ACTOR_CLASSES: dict[str, Any] = {"league": ray.remote(LeagueActor), "buffer": ray.remote(BufferActor),
                  "learner": ray.remote(LearnerActor), "rollout": ray.remote(RolloutActor)}
 
 

@@ -18,7 +18,7 @@ import os
 import signal
 import socket
 import threading
-from typing import Any
+from typing import Any, cast
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
@@ -26,7 +26,7 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from unstable_core import Checkpoint, RunFailed
-from unstable_core.executors import RoleHandles, build_role
+from unstable_core.executors import BufferHandle, LeagueHandle, RoleHandles, RolloutHandle, build_role
 from unstable_core.progress import verbose
 
 from .actors import ACTOR_CLASSES, RoleHandle, RolloutActorHandle, checkpoint_files, death, original
@@ -111,7 +111,7 @@ class RayExecutor:
 
     def reserve(self, roles: list[tuple[str, Resources]]) -> None:
         """One placement group for every role that reserves anything, waited on with a timeout."""
-        bundles = []
+        bundles: list[dict[str, float]] = []
         for name, res in roles:
             bundle = {k: v for k, v in (("CPU", res.num_cpus), ("GPU", res.num_gpus)) if v > 0}
             if bundle:
@@ -175,7 +175,9 @@ class RayExecutor:
         learner = RoleHandle("learner", self.actors["learner"]) if plan.trains else None
         league, buffer = (build_role(r, plan, self.plugins) if r in self.options.in_driver else RoleHandle(r, self.actors[r])
                           for r in ("league", "buffer"))
-        return RoleHandles(league=league, rollouts=rollouts, buffer=buffer, learner=learner)
+        # the actor handles forward each method to their actor: the protocols hold, unseen by a type checker
+        return RoleHandles(league=cast(LeagueHandle, league), rollouts=cast(list[RolloutHandle], rollouts),
+                           buffer=cast(BufferHandle, buffer), learner=learner)
 
     def start_rollout(self, index: int) -> Any:
         """A new actor for rollout replica ``index`` (its old one died), built; blocking."""

@@ -46,17 +46,19 @@ class VLLMInference:
     def _engine(self, model: str) -> tuple[Engine, EngineThread]:
         """The started engine of base model `model` (a hub id, local path or ``tiny:...``)."""
         from unstable_hf.loading import load_tokenizer, resolve_model_path
+        from unstable_hf.options import ModelLoadOptions
 
+        loading = ModelLoadOptions(trust_remote_code=self.options.trust_remote_code, cache_dir=self.options.cache_dir)
         with self._lock:
             found = self._engines.get(model)
             if found is not None:
                 return found
-            path = resolve_model_path(model, self.options)
+            path = resolve_model_path(model, loading)
             found = self._engines.get(path)
             if found is not None:
                 self._engines[model] = found
                 return found
-            tokenizer = load_tokenizer(path, self.options)  # type: ignore[arg-type]
+            tokenizer = load_tokenizer(path, loading)
             if self.tokenizer is None:
                 self.tokenizer = tokenizer
             engine, thread = Engine(path, self.options, tokenizer), EngineThread(f"vllm-engine-{len(self._engines)}")

@@ -33,7 +33,7 @@ class HFReference:
         import torch
         from transformers import AutoModelForCausalLM
 
-        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+        model: Any = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
         if adapter_path:
             from peft import PeftModel
 

@@ -78,7 +78,7 @@ def read_offline_run(path: str | Path) -> OfflineRun:
 
     run = OfflineRun(path=Path(path))
     for raw in records(path):
-        rec = pb.Record()
+        rec = pb.Record()  # type: ignore[attr-defined]  # generated protobuf: its stubs omit the messages
         rec.ParseFromString(raw)
         kind = rec.WhichOneof("record_type")
         if kind == "history":

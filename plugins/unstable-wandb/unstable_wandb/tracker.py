@@ -45,7 +45,7 @@ from .options import WandbOptions
 
 RUN_ID_FILE = "wandb-run.json"
 EXIT_CODES = {"completed": 0, "interrupted": 130, "failed": 1}
-TABLE_COLUMNS = ["step", "env", "seed", "player", "prompt", "completion", "action", "reward"]
+TABLE_COLUMNS: list[str | int] = ["step", "env", "seed", "player", "prompt", "completion", "action", "reward"]
 RATES = ("win_rate", "draw_rate", "loss_rate", "invalid_rate", "format_rate")
 
 
@@ -66,7 +66,7 @@ class WandbTracker:
         folder = run_dir if run_dir is None or options.dir is None else run_dir / options.dir
         if folder is not None:
             folder.mkdir(parents=True, exist_ok=True)
-        self.run = wandb.init(
+        self.run: Any = wandb.init(  # None once closed
             project=options.project, entity=options.entity, group=options.group, tags=options.tags or None, name=name,
             notes=options.notes, mode=options.mode, dir=str(folder) if folder is not None else None, id=run_id,
             resume="allow" if resumed else None, config=dict(ctx.config),
