@@ -1,14 +1,12 @@
 """Hook implementations: nothing heavy is imported here (``unstable plugins list`` imports it)."""
 
-from typing import Any
-
 from unstable_core import BuildContext, LearnerSpec, UnstableError, hookimpl
 from unstable_hf.options import check_device, lora_adapter
 
 from .options import KLReinforceOptions
 
 
-def make_learner(options: KLReinforceOptions, ctx: BuildContext) -> Any:
+def make_learner(options: KLReinforceOptions, ctx: BuildContext) -> object:
     if ctx.model is None or not ctx.model.model:
         raise UnstableError("the kl-reinforce learner needs [model] model = ... (the model being trained)")
     from .learner import KLReinforce
