@@ -139,3 +139,57 @@ def test_the_rows_step_is_the_gradient_of_the_renormalised_policy():
         assert step == pytest.approx(want, abs=1e-6)
         alone = [1.7 * g for g in grad(lambda z: log_softmax(z, chosen), logits)]
         assert alone != pytest.approx(want, abs=1e-3)
+
+
+def test_choice_mass_adds_the_gradient_of_the_offered_answers_total_log_probability():
+    """With ``mass`` the rows' step is A * d log pi(chosen) + mass * d log (p(bet) + p(pass)) by
+    finite differences; the second term raises both answers' logits against junk's and leaves
+    pi as it is (its step along bet - pass is zero)."""
+    import math
+
+    from unstable_core import expand_choices
+
+    logits = [0.3, -0.4, 1.1]
+
+    def log_softmax(z, i):
+        return z[i] - math.log(sum(math.exp(v) for v in z))
+
+    def log_pi(z, i):
+        return log_softmax(z, i) - math.log(math.exp(log_softmax(z, 0)) + math.exp(log_softmax(z, 1)))
+
+    def log_mass(z):
+        return math.log(math.exp(log_softmax(z, 0)) + math.exp(log_softmax(z, 1)))
+
+    def grad(f, z):
+        h = 1e-6
+        return [(f([v + h * (j == k) for j, v in enumerate(z)]) - f([v - h * (j == k) for j, v in enumerate(z)])) / (2 * h)
+                for k in range(len(z))]
+
+    pi = [math.exp(log_pi(logits, i)) for i in (0, 1)]
+    rows = expand_choices([choice_step(-0.9, 1, [[1, 3, 9], [1, 4, 9]], pi)], mass=0.4)
+    step = [0.0, 0.0, 0.0]
+    for row in rows:
+        (token,) = row.turn.completion_token_ids
+        g = grad(lambda z, i=token - 3: log_softmax(z, i), logits)
+        step = [s + row.reward / len(rows) * gi for s, gi in zip(step, g)]
+    policy, total = grad(lambda z: log_pi(z, 1), logits), grad(log_mass, logits)
+    assert step == pytest.approx([-0.9 * a + 0.4 * b for a, b in zip(policy, total)], abs=1e-6)
+    mass_only = expand_choices([choice_step(0.0, 1, [[1, 3, 9], [1, 4, 9]], pi)], mass=0.4)
+    assert [r.reward for r in mass_only] == pytest.approx([0.4 * pi[0] * 2, 0.4 * pi[1] * 2])
+    assert total[2] < 0 < total[0] and total[1] > 0
+
+
+@pytest.mark.parametrize("mass", [0.0, 0.3])
+def test_the_buffer_role_expands_drawn_choice_steps_with_the_configured_mass(make_plugin_system, tmp_path, mass):
+    """``collection.choice_mass`` reaches the rows the buffer role's draw makes: a zero-advantage
+    step answered among two choices (pi 0.25 / 0.75) draws as two rows of advantage
+    2 * mass * pi (the rows / steps scale), and as two zero rows without it."""
+    from unstable_core.executors import build_role
+
+    system = make_plugin_system(toy_plugin)
+    cfg = toy_config(buffer={"name": "episode", "capacity": 16}, collection={"choice_mass": mass},
+                     training={"filter_zero_advantage": False})
+    role = build_role("buffer", unstable_core.build(cfg, run_dir=tmp_path / "r", plugins=system).plan, system)
+    role.buffer.add([[choice_step(0.0, 0, [[1, 3, 9], [1, 4, 9]], [0.25, 0.75])]])
+    batch = asyncio.run(role.draw(1, learner_version=0))
+    assert [r.reward for r in batch.steps] == pytest.approx([2 * mass * 0.25, 2 * mass * 0.75])

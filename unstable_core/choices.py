@@ -22,6 +22,13 @@ after it only spell the answer out.
 The rows' advantages are scaled by rows / steps, so that a learner that averages over its batch's
 rows takes the step that the steps' mean describes. A row of an answer not chosen carries that
 answer's token ids (no rollout logprobs); its text fields stay the chosen turn's.
+
+That gradient leaves the offered answers' total probability ``sum_a p(a)`` free: nothing in it
+holds the deciding position's distribution on them, and with the tiny model it flattened over the
+whole vocabulary (the legal answers' logits fell to the level of the others, about 1, where free
+answers keep them at 8-13) while the policy lost what it knew of the cards. ``mass``
+(``collection.choice_mass``) adds the gradient of ``mass * log sum_a p(a)``: ``mass * pi(a)`` on
+each row's advantage.
 """
 
 from __future__ import annotations
@@ -29,9 +36,10 @@ from __future__ import annotations
 from .types import Step
 
 
-def expand_choices(steps: list[Step]) -> list[Step]:
+def expand_choices(steps: list[Step], mass: float = 0.0) -> list[Step]:
     """Each step whose turn was answered among choices as a row per choice (see the module);
-    other steps as they are."""
+    other steps as they are. ``mass`` > 0 adds ``mass * pi(a)`` to each row's advantage: the
+    gradient of ``mass * log sum_a p(a)``, which keeps the offered answers' total probability up."""
     rows: list[Step] = []
     for step in steps:
         turn = step.turn
@@ -47,7 +55,8 @@ def expand_choices(steps: list[Step]) -> list[Step]:
             end = deciding_end(ids, choices)
             row_turn = turn.model_copy(update={"prompt_token_ids": prompt, "completion_token_ids": ids[shared:end],
                                                "logprobs": list(turn.logprobs[shared:end]) if mine else []})
-            rows.append(step.model_copy(update={"turn": row_turn, "reward": step.reward * (float(mine) - p)}))
+            advantage = step.reward * (float(mine) - p) + mass * p
+            rows.append(step.model_copy(update={"turn": row_turn, "reward": advantage}))
     if len(rows) == len(steps):
         return rows
     scale = len(rows) / len(steps)

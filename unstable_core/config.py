@@ -86,9 +86,15 @@ class CollectionConfig(Section):
         "free", description="'free': a model writes its answer token by token and may write one the env rejects. "
         "'choice': each turn the model's backend answers one of the legal actions' answers (\\boxed{label}), drawn "
         "with the probability the model gives each, renormalised over them: it never answers invalidly, and plays "
-        "exactly the policy the exact metrics read (trained on, it has learnt worse than free answers so far: "
-        "docs/openspiel.md). Needs an env provider that offers `legal_actions` (openspiel) and "
-        "a trained backend that declares `answers_choices` (hf); other backends (scripted agents) answer as before.",
+        "exactly the policy the exact metrics read (docs/openspiel.md). Needs an env provider that offers "
+        "`legal_actions` (openspiel) and a trained backend that declares `answers_choices` (hf); other backends "
+        "(scripted agents) answer as before.",
+    )
+    choice_mass: float = Field(
+        0.5, ge=0, le=100, description="With answers = 'choice': weight of the offered answers' total log-probability, "
+        "trained up beside the renormalised policy's gradient (each choice's row gains choice_mass times its "
+        "renormalised probability as advantage). The renormalised gradient alone leaves that total free to fall, "
+        "and with 0 the tiny model's answer distribution flattened and its policy stopped learning (docs/openspiel.md).",
     )
     num_eval_games: int = Field(4, ge=1, le=MAX_IN_FLIGHT, description="Evaluation games kept in flight.")
     eval_policy_metrics: bool = Field(

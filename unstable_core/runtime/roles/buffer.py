@@ -37,6 +37,7 @@ class BufferRole:
         declared = plan.trains and builder.spec("learner").drop_zero_advantage
         #: whether a drawn batch keeps only the steps with a nonzero reward (advantage)
         self.drop_zero_advantage = declared if choice is None else choice
+        self.choice_mass = plan.config.collection.choice_mass
 
     async def add(self, results: list[GameResult]) -> int:
         """Store the trained seats of the finished training games; return the steps stored.
@@ -61,7 +62,7 @@ class BufferRole:
         steps = guarded(self.label, "draw", self.buffer.draw, n)
         if not isinstance(steps, list) or not all(isinstance(s, Step) for s in steps):
             raise ComponentError(f"{self.label}: draw returned {type(steps).__name__}; expected a list of Step")
-        steps = expand_choices(self.rewards.sampling(steps))  # answers drawn among choices: a row each
+        steps = expand_choices(self.rewards.sampling(steps), self.choice_mass)  # answers drawn among choices: a row each
         if not self.drop_zero_advantage:
             return Batch(steps=steps, learner_version=learner_version)
         keep = [s for s in steps if s.reward != 0.0]
