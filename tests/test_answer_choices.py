@@ -6,6 +6,7 @@ take part in it."""
 from __future__ import annotations
 
 import asyncio
+import math
 
 import pytest
 
@@ -85,6 +86,28 @@ def choice_step(reward: float, chosen: int, choices: list[list[int]], probabilit
     return Step(env_id="E", game_idx=0, player_id=0, turn_index=0, num_turns=1, turn=turn, final_reward=reward, reward=reward)
 
 
+def log_softmax(z, i):
+    """log p(i) for logits z, over the three tokens bet, pass, junk."""
+    return z[i] - math.log(sum(math.exp(v) for v in z))
+
+
+def log_legal_mass(z):
+    """log (p(bet) + p(pass))."""
+    return math.log(math.exp(log_softmax(z, 0)) + math.exp(log_softmax(z, 1)))
+
+
+def log_pi(z, i):
+    """log of p renormalised over bet and pass."""
+    return log_softmax(z, i) - log_legal_mass(z)
+
+
+def grad(f, z):
+    """Central finite differences of f at z."""
+    h = 1e-6
+    return [(f([v + h * (j == k) for j, v in enumerate(z)]) - f([v - h * (j == k) for j, v in enumerate(z)])) / (2 * h)
+            for k in range(len(z))]
+
+
 def test_a_step_answered_among_choices_becomes_a_row_per_choice_worked_by_hand():
     """Advantage 2, chosen 'bet' (probability 0.25) of 'bet' / 'pass', which share two leading
     tokens and end alike: each row trains its deciding token only, the shared ones move to the
@@ -108,23 +131,10 @@ def test_the_rows_step_is_the_gradient_of_the_renormalised_policy():
     over {bet, pass}. Sum over the rows of advantage * d log p(row's token) / d logits equals
     A * d log pi(chosen) / d logits (finite differences), for either choice; the chosen answer's
     own gradient alone does not (it moves junk's share too)."""
-    import math
-
     from unstable_core import expand_choices
 
     logits = [0.3, -0.4, 1.1]
     vocab = {3: 0, 4: 1}
-
-    def log_softmax(z, i):
-        return z[i] - math.log(sum(math.exp(v) for v in z))
-
-    def log_pi(z, i):
-        return log_softmax(z, i) - math.log(math.exp(log_softmax(z, 0)) + math.exp(log_softmax(z, 1)))
-
-    def grad(f, z):
-        h = 1e-6
-        return [(f([v + h * (j == k) for j, v in enumerate(z)]) - f([v - h * (j == k) for j, v in enumerate(z)])) / (2 * h)
-                for k in range(len(z))]
 
     pi = [math.exp(log_pi(logits, i)) for i in (0, 1)]
     for chosen in (0, 1):
@@ -145,25 +155,9 @@ def test_choice_mass_adds_the_gradient_of_the_offered_answers_total_log_probabil
     """With ``mass`` the rows' step is A * d log pi(chosen) + mass * d log (p(bet) + p(pass)) by
     finite differences; the second term raises both answers' logits against junk's and leaves
     pi as it is (its step along bet - pass is zero)."""
-    import math
-
     from unstable_core import expand_choices
 
     logits = [0.3, -0.4, 1.1]
-
-    def log_softmax(z, i):
-        return z[i] - math.log(sum(math.exp(v) for v in z))
-
-    def log_pi(z, i):
-        return log_softmax(z, i) - math.log(math.exp(log_softmax(z, 0)) + math.exp(log_softmax(z, 1)))
-
-    def log_mass(z):
-        return math.log(math.exp(log_softmax(z, 0)) + math.exp(log_softmax(z, 1)))
-
-    def grad(f, z):
-        h = 1e-6
-        return [(f([v + h * (j == k) for j, v in enumerate(z)]) - f([v - h * (j == k) for j, v in enumerate(z)])) / (2 * h)
-                for k in range(len(z))]
 
     pi = [math.exp(log_pi(logits, i)) for i in (0, 1)]
     rows = expand_choices([choice_step(-0.9, 1, [[1, 3, 9], [1, 4, 9]], pi)], mass=0.4)
@@ -172,7 +166,7 @@ def test_choice_mass_adds_the_gradient_of_the_offered_answers_total_log_probabil
         (token,) = row.turn.completion_token_ids
         g = grad(lambda z, i=token - 3: log_softmax(z, i), logits)
         step = [s + row.reward / len(rows) * gi for s, gi in zip(step, g)]
-    policy, total = grad(lambda z: log_pi(z, 1), logits), grad(log_mass, logits)
+    policy, total = grad(lambda z: log_pi(z, 1), logits), grad(log_legal_mass, logits)
     assert step == pytest.approx([-0.9 * a + 0.4 * b for a, b in zip(policy, total)], abs=1e-6)
     mass_only = expand_choices([choice_step(0.0, 1, [[1, 3, 9], [1, 4, 9]], pi)], mass=0.4)
     assert [r.reward for r in mass_only] == pytest.approx([0.4 * pi[0] * 2, 0.4 * pi[1] * 2])
