@@ -123,7 +123,7 @@ class RolloutActor(RoleActor):
 
 #: role -> its actor class: the class name is the worker's process title (``ray::RolloutActor.play``)
 ACTOR_CLASSES: dict[str, Any] = {"league": ray.remote(LeagueActor), "buffer": ray.remote(BufferActor),
-                 "learner": ray.remote(LearnerActor), "rollout": ray.remote(RolloutActor)}
+                                 "learner": ray.remote(LearnerActor), "rollout": ray.remote(RolloutActor)}
 
 
 def checkpoint_files(path: str) -> dict[str, bytes]:

@@ -21,6 +21,10 @@ def _resources(role: str, cpus: float) -> Field:  # type: ignore[valid-type]
                  description=f"What the {role} reserves: num_cpus, num_gpus (fractions allowed).")
 
 
+#: roles the driver builds in its own process unless `in_driver` says otherwise
+IN_DRIVER_BY_DEFAULT: list[Literal["league", "buffer"]] = ["league", "buffer"]
+
+
 class RayOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -35,7 +39,7 @@ class RayOptions(BaseModel):
     league: Resources = _resources("league", 0.0)
     buffer: Resources = _resources("buffer", 0.0)
     in_driver: list[Literal["league", "buffer"]] = Field(
-        default_factory=lambda: list[Literal["league", "buffer"]](["league", "buffer"]), description="Roles built in the driver's process instead of as "
+        default_factory=lambda: list(IN_DRIVER_BY_DEFAULT), description="Roles built in the driver's process instead of as "
         "actors. Default both: each finished game crosses one process boundary (rollout -> driver) instead of three "
         "(rollout -> driver -> league, buffer), and a drawn batch one (driver -> learner). `[]`: every role an actor.")
     placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = Field(
