@@ -140,3 +140,27 @@ def test_a_seat_with_an_untrainable_turn_gives_the_buffer_nothing():
     turn = result.trajectories[1].turns[0]
     result.trajectories[1].turns[0] = turn.model_copy(update={"trainable": False, "completion_token_ids": []})
     assert [e[0].player_id for e in RewardPipelines().episodes(result)] == [0]
+
+
+def test_role_advantage_baselines_learn_from_the_trained_seats_only():
+    """SPIRAL's role-advantage estimation updates a role's baseline from the trained player's
+    games only: a fixed opponent's rewards in a seat move nothing. Seat 0 trained in game 1
+    (the learner wins), seat 1 in game 2 (the opponent, in seat 0, wins again): seat 1's baseline
+    is still 0 there, so its advantage is the whole -1 (with the opponent's game-1 reward mixed
+    in, it would be -1 - (-0.5) = -0.5)."""
+    from unstable_core.runtime.roles.rewards import RewardPipelines
+    from unstable_core.testing import sample_result
+
+    transform = RoleAdvantage(RoleAdvantageOptions(tau=0.5), by_env=False)
+    pipelines = RewardPipelines(final=[transform])
+    (first,) = pipelines.episodes(sample_result(rewards={0: 1.0, 1: -1.0}, train_seats=[0]))
+    assert first[0].player_id == 0 and first[0].final_reward == 1.0
+    assert dict(transform.baseline) == {0: 0.5}  # seat 1 (the fixed opponent's) left alone
+    (second,) = pipelines.episodes(sample_result(rewards={0: 1.0, 1: -1.0}, train_seats=[1]))
+    assert second[0].player_id == 1 and second[0].final_reward == -1.0
+    assert dict(transform.baseline) == {0: 0.5, 1: -0.5}
+    # both seats trained (self-play): both baselines learn, as SPIRAL's do
+    pipelines.episodes(sample_result(rewards={0: 1.0, 1: -1.0}, train_seats=[0, 1]))
+    assert dict(transform.baseline) == {0: 0.75, 1: -0.75}
+    # called directly, without the seats, every seat counts (as before)
+    assert transform({0: 1.0, 1: -1.0}, "E") == {0: 0.25, 1: -0.25}

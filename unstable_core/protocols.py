@@ -189,6 +189,9 @@ class Rater(Protocol):
 
 @runtime_checkable
 class FinalRewardTransform(Protocol):
+    """Game rewards by player id to new ones. A transform whose call also takes a keyword
+    ``train_seats`` (``role-advantage``) is given the seats the learner's model played."""
+
     def __call__(self, rewards: dict[int, float], env_id: str) -> dict[int, float]: ...
 
 

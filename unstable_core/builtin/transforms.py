@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -48,7 +48,11 @@ class RoleAdvantageOptions(_Opts):
 
 class RoleAdvantage:
     """Subtract a per-role (player id) EMA baseline of the final reward. The by-env variant keys
-    the baseline by (env_id, player id)."""
+    the baseline by (env_id, player id). Only the seats the learner's model played
+    (``train_seats``, which the run passes) update their baseline, as SPIRAL's role-advantage
+    estimation learns from its trained players only: a fixed opponent's or a past checkpoint's
+    rewards in a seat move nothing; every seat's advantage is still its reward minus its baseline.
+    Called without ``train_seats`` every seat counts."""
 
     def __init__(self, options: RoleAdvantageOptions, by_env: bool) -> None:
         self.tau = options.tau
@@ -56,11 +60,14 @@ class RoleAdvantage:
         self.by_env = by_env
         self.baseline: dict[Hashable, float] = defaultdict(float)
 
-    def __call__(self, rewards: dict[int, float], env_id: str) -> dict[int, float]:
+    def __call__(self, rewards: dict[int, float], env_id: str, train_seats: Sequence[int] | None = None) -> dict[int, float]:
         out = {}
         for pid, r in rewards.items():
             key = (env_id, pid) if self.by_env else pid
-            old = self.baseline[key]
+            old = self.baseline.get(key, 0.0)
+            if train_seats is not None and pid not in train_seats:
+                out[pid] = r - old  # an opponent's seat: read, never updated
+                continue
             new = (1 - self.tau) * old + self.tau * r
             self.baseline[key] = new
             out[pid] = r - (new if self.update_first else old)

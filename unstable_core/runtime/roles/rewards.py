@@ -21,6 +21,8 @@ class RewardPipelines:
         self.step_transforms = list(step)
         self.sampling_transforms = list(sampling)
         self.labels = dict(zip(map(id, [*final, *step, *sampling]), labels))
+        #: the final transforms that take the game's trained seats (a ``train_seats`` parameter)
+        self.seat_aware = {id(t) for t in self.final_transforms if takes_train_seats(t)}
 
     def transforms(self) -> list[Any]:
         """Every transform, in the order final, step, sampling."""
@@ -30,10 +32,15 @@ class RewardPipelines:
         label = self.labels.get(id(transform), f"reward transform {transform!r}")
         return ComponentError(f"{label} raised {describe_error(exc)}")
 
-    def final(self, rewards: dict[int, float], env_id: str) -> dict[int, float]:
+    def final(self, rewards: dict[int, float], env_id: str, train_seats: Sequence[int] | None = None) -> dict[int, float]:
+        """The final transforms in order; one with a ``train_seats`` parameter (``role-advantage``)
+        is also given the seats the learner's model played."""
         for t in self.final_transforms:
             try:
-                rewards = t(dict(rewards), env_id)
+                if train_seats is not None and id(t) in self.seat_aware:
+                    rewards = t(dict(rewards), env_id, train_seats=list(train_seats))
+                else:
+                    rewards = t(dict(rewards), env_id)
             except Exception as exc:
                 raise self._failed(t, exc) from exc
         return rewards
@@ -62,7 +69,7 @@ class RewardPipelines:
             return []
         game = result.game
         env_id, group_id = game.env.env_id, game.game_idx if game.group_id is None else game.group_id
-        final = self.final(dict(result.rewards), env_id)
+        final = self.final(dict(result.rewards), env_id, game.train_seats)
         episodes = []
         for pid in result.game.train_seats:
             turns = result.trajectories[pid].turns
@@ -77,3 +84,13 @@ class RewardPipelines:
             if steps:
                 episodes.append(steps)
         return episodes
+
+
+def takes_train_seats(transform: Any) -> bool:
+    """Whether a final transform's call takes a ``train_seats`` argument."""
+    import inspect
+
+    try:
+        return "train_seats" in inspect.signature(transform).parameters
+    except (TypeError, ValueError):  # a callable without a signature Python can read
+        return False
