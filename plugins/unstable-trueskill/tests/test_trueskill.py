@@ -215,3 +215,53 @@ def test_a_sync_run_killed_at_random_points_ends_with_the_same_ratings(tmp_path)
     assert registry_killed == registry_full
     assert any("mu@PickBest-v0" in m["rating"] for m in registry_full["models"])
     assert metrics_killed == metrics_full
+
+
+@pytest.mark.parametrize("kind", ["match-quality", "ts-dist"])
+def test_a_new_anchor_is_scored_at_the_rating_the_rater_starts_it_at(kind):
+    """A checkpoint that has played no game yet is scored at the rating the run's rater will
+    give it at its first game (the previous checkpoint's mu, its sigma raised), not at the
+    default mu = 25: the new anchor's first opponents are those near where it starts."""
+    from unstable_core import BuildContext
+
+    reg = ModelRegistry()
+    base = ModelRef(uid="base", kind="base", backend="x", model="m")
+    reg.add(base, current=True)
+    for uid in ("weak", "strong"):
+        reg.add(ModelRef(uid=uid, kind="fixed", model=uid))
+    options = {"name": "trueskill", "checkpoint_sigma_factor": 1.5, "beta": 4.0}
+    rater = TrueSkillRater(TrueSkillOptions(checkpoint_sigma_factor=1.5))
+    for _ in range(12):  # base beats weak and loses to strong: its mu leaves 25 behind
+        rater.update(sample_result(seats=[base, reg.get("weak").ref], rewards={0: 1, 1: -1}), reg)
+    for _ in range(2):
+        rater.update(sample_result(seats=[base, reg.get("strong").ref], rewards={0: -1, 1: 1}), reg)
+    anchor = reg.add_checkpoint(Checkpoint(uid="ckpt-1", version=1, path="/x"), base)
+    assert "mu" not in reg.get("ckpt-1").rating  # not rated yet
+    spec = plugin.unstable_model_samplers()[["match-quality", "ts-dist"].index(kind)]
+    sampler = spec.factory(SamplerOptions(include_anchor=False), BuildContext(config={"rater": options}))
+    start = rater.rating("ckpt-1", reg)  # what the rater gives it at its first game
+    assert abs(start.mu - 25.0) > 2.0
+    env = trueskill.TrueSkill(beta=4.0)
+    for other in ("weak", "strong", "base"):
+        om, osg = reg.get(other).rating["mu"], reg.get(other).rating["sigma"]
+        expected = (env.quality_1vs1(env.create_rating(start.mu, start.sigma), env.create_rating(om, osg))
+                    if kind == "match-quality" else -abs(start.mu - om))
+        assert sampler.score(anchor, reg.get(other).ref, reg) == pytest.approx(expected, abs=1e-12)
+        # and as a candidate against a rated anchor, at the same start
+        assert sampler.score(reg.get(other).ref, anchor, reg) == pytest.approx(expected, abs=1e-12)
+
+
+def test_the_samplers_read_the_runs_rater_options():
+    """Built for a run, a sampler starts unrated models with the run's own `[rater]` options."""
+    from unstable_core import load_plugins
+    from unstable_core.config import RunConfig
+    from unstable_core.runtime.building import Builder
+    from unstable_core.runtime.plan import make_plan
+    from unstable_core.testing import toy_config, toy_plugin
+
+    system = load_plugins(entry_points=False, extra=[("toy", toy_plugin), ("trueskill", plugin)], strict=True)
+    for rater, factor in (({"name": "trueskill", "checkpoint_sigma_factor": 1.5, "mu": 20.0}, 1.5), ({"name": "wins"}, 2.0)):
+        cfg = RunConfig.model_validate(toy_config(rater=rater, model_sampler={"name": "ts-dist"}))
+        sampler = Builder(make_plan(cfg, system, "", "<test>"), system).build("model_sampler")
+        assert sampler.rater.checkpoint_sigma_factor == factor
+        assert sampler.rater.mu == rater.get("mu", 25.0)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -33,6 +34,23 @@ class TrueSkillOptions(BaseModel):
     per_env: bool = Field(False, description="Also keep separate ratings per env (mu@ENV, sigma@ENV).")
 
 
+def start_rating(uid: str, registry: Any, rated: Callable[[str], tuple[float, float] | None],
+                 options: TrueSkillOptions) -> tuple[float, float]:
+    """(mu, sigma) the rater gives ``uid`` at its first game: a checkpoint starts at the mu of the
+    latest earlier snapshot already rated (the base model has version 0) with that one's sigma x
+    ``checkpoint_sigma_factor`` (capped at the initial sigma); any other model, and a checkpoint
+    with no rated predecessor, at the initial (mu, sigma). ``rated(uid)`` is a model's rating, or
+    None before its first game. The samplers score a model not rated yet with the same function."""
+    entry = registry.entries.get(uid) if registry is not None else None
+    if entry is not None and entry.ref.kind == "checkpoint":
+        older = [r for r in registry.checkpoints() if r.version < entry.ref.version and rated(r.uid) is not None]
+        if older:
+            prev = rated(max(older, key=lambda r: (r.version, r.kind != "base")).uid)
+            assert prev is not None
+            return prev[0], min(prev[1] * options.checkpoint_sigma_factor, options.sigma)
+    return options.mu, options.sigma
+
+
 class TrueSkillRater:
     def __init__(self, options: TrueSkillOptions) -> None:
         import trueskill
@@ -46,15 +64,12 @@ class TrueSkillRater:
 
     # -- initial ratings ----------------------------------------------------------------------------
     def _initial(self, uid: str, registry: Any, suffix: str) -> Any:
-        entry = registry.entries.get(uid) if registry is not None else None
-        if entry is not None and entry.ref.kind == "checkpoint":
-            # earlier snapshots (the base model has version 0) that already have a rating
-            older = [r for r in registry.checkpoints() if r.version < entry.ref.version and r.uid + suffix in self.table]
-            if older:
-                prev = self.table[max(older, key=lambda r: (r.version, r.kind != "base")).uid + suffix]
-                sigma = min(prev.sigma * self.options.checkpoint_sigma_factor, self.options.sigma)
-                return self.env.create_rating(mu=prev.mu, sigma=sigma)
-        return self.env.create_rating()
+        def rated(other: str) -> tuple[float, float] | None:
+            r = self.table.get(other + suffix)
+            return None if r is None else (r.mu, r.sigma)
+
+        mu, sigma = start_rating(uid, registry, rated, self.options)
+        return self.env.create_rating(mu=mu, sigma=sigma)
 
     def rating(self, uid: str, registry: Any = None, env_id: str | None = None) -> Any:
         key = uid if env_id is None else f"{uid}@{env_id}"
@@ -122,9 +137,21 @@ class SamplerOptions(BaseModel):
     beta: float = Field(4.0, gt=0, description="beta of the TrueSkill environment used for match quality.")
 
 
-def mu_sigma(registry: Any, uid: str) -> tuple[float, float]:
-    rating = registry.entries[uid].rating
-    return float(rating.get("mu", DEFAULT_MU)), float(rating.get("sigma", DEFAULT_SIGMA))
+def registry_rating(registry: Any, uid: str) -> tuple[float, float] | None:
+    """(mu, sigma) a rater wrote into ``uid``'s registry entry, or None before its first game."""
+    entry = registry.entries.get(uid)
+    if entry is None or "mu" not in entry.rating:
+        return None
+    return float(entry.rating["mu"]), float(entry.rating.get("sigma", DEFAULT_SIGMA))
+
+
+def rater_options(config: Any) -> TrueSkillOptions:
+    """The options of the run's ``trueskill`` rater (``config``: the resolved run config), or its
+    defaults when the run rates with another rater."""
+    choice = dict(config.get("rater") or {}) if isinstance(config, dict) else {}
+    if choice.pop("name", None) != "trueskill":
+        return TrueSkillOptions()
+    return TrueSkillOptions.model_validate(choice)
 
 
 def softmax(scores: list[float], temperature: float) -> list[float]:
@@ -137,12 +164,21 @@ def softmax(scores: list[float], temperature: float) -> list[float]:
 class RatingSampler:
     """Softmax over a score of each candidate against the anchor."""
 
-    def __init__(self, options: SamplerOptions, score: str) -> None:
+    def __init__(self, options: SamplerOptions, score: str, rater: TrueSkillOptions | None = None) -> None:
         import trueskill
 
         self.options = options
         self.score_kind = score
         self.env = trueskill.TrueSkill(beta=options.beta, backend=None)
+        self.rater = rater or TrueSkillOptions()  # the rater's options: where a model not rated yet starts
+
+    def rating(self, registry: Any, uid: str) -> tuple[float, float]:
+        """``uid``'s (mu, sigma): its rating, or, before its first game, the one the rater will
+        start it at (``start_rating``: a new checkpoint at the previous one's mu)."""
+        rated = registry_rating(registry, uid)
+        if rated is not None:
+            return rated
+        return start_rating(uid, registry, lambda other: registry_rating(registry, other), self.rater)
 
     def candidates(self, anchor: ModelRef, registry: Any) -> list[ModelRef]:
         """Fixed opponents and the last ``max_active`` active checkpoints (read only: a sampler
@@ -153,8 +189,8 @@ class RatingSampler:
         return out or [anchor]
 
     def score(self, anchor: ModelRef, other: ModelRef, registry: Any) -> float:
-        am, asg = mu_sigma(registry, anchor.uid) if anchor.uid in registry.entries else (DEFAULT_MU, DEFAULT_SIGMA)
-        om, osg = mu_sigma(registry, other.uid)
+        am, asg = self.rating(registry, anchor.uid)
+        om, osg = self.rating(registry, other.uid)
         if self.score_kind == "match-quality":
             return self.env.quality_1vs1(self.env.create_rating(am, asg), self.env.create_rating(om, osg))
         return -abs(am - om)
@@ -177,7 +213,7 @@ def unstable_raters() -> list[RaterSpec]:
 @hookimpl
 def unstable_model_samplers() -> list[ModelSamplerSpec]:
     def make(kind: str) -> Any:
-        return lambda options, ctx: RatingSampler(options, kind)
+        return lambda options, ctx: RatingSampler(options, kind, rater=rater_options(ctx.config))
 
     return [
         ModelSamplerSpec(name="match-quality", summary="Softmax over TrueSkill match quality with the anchor",
