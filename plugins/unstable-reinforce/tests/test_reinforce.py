@@ -275,3 +275,68 @@ def test_several_epochs_follow_a_hand_written_ppo_and_the_clip_binds(tiny_path):
 def test_epochs_without_a_clip_are_refused_naming_both_keys():
     with pytest.raises(ValueError, match=r"epochs = 3 .*clip_ratio"):
         ReinforceOptions(epochs=3)
+
+
+def reference_token_logprobs(lrn, steps):
+    """Each step's completion-token logprobs from the ordinary forward's full logits (float64)."""
+    out = []
+    for s in steps:
+        ids = torch.tensor([s.turn.prompt_token_ids + s.turn.completion_token_ids])
+        logp = torch.log_softmax(lrn.model(input_ids=ids).logits[0].double(), -1)
+        p = len(s.turn.prompt_token_ids)
+        out.append(torch.stack([logp[p - 1 + j, t] for j, t in enumerate(s.turn.completion_token_ids)]))
+    return out
+
+
+def test_importance_weights_are_the_first_pass_s_on_every_pass_as_decoupled_ppo(tiny_path):
+    """Decoupled PPO (Hilton et al. 2021; AReaL): behaviour policy = the rollout's, proximal policy =
+    the policy at the update's start. Each token's term on pass k is
+    min(pi_start / pi_roll, cap) * min(r A, clip(r) A) with r = pi / pi_start: the IS weight is fixed
+    at the first pass, not recomputed from the current logprobs (which would weigh by
+    (pi / pi_roll)(pi / pi_start)). The second pass's weights and gradient against a float64 hand
+    computation from full logits."""
+    cap, eps, norm = 1.3, 0.5, 8
+    L = learner(tiny_path, dtype="float64", importance_sampling=True, is_cap=cap, epochs=2, clip_ratio=eps,
+                max_generation_len=norm)
+    randomize_lora(L.model, seed=3)
+    shapes = [([5, 6, 7, 8], [9, 10, 3], 1.5), ([11, 12], [13, 3], -0.5), ([14, 15, 16], [17, 18], 2.0)]
+    with torch.no_grad():
+        start = reference_token_logprobs(L, [step(p, c, r) for p, c, r in shapes])
+    offsets = [[0.4, -0.3, 0.05], [-0.2, 0.6], [0.1, -0.5]]  # rollout logprobs apart from the start's
+    steps = [step(p, c, r, old=(lp + torch.tensor(o, dtype=torch.float64)).tolist())
+             for (p, c, r), lp, o in zip(shapes, start, offsets)]
+    # the learner holds rollout logprobs in float32 (``Packed.rollout_logprobs``)
+    rollout = torch.cat([torch.tensor(s.turn.logprobs, dtype=torch.float32).double() for s in steps])
+    start_ratio = torch.exp(torch.cat(start) - rollout)
+    weight = start_ratio.clamp(max=cap)
+
+    L.epoch = L.chunk_index = 0
+    _loss, first = L.loss(steps, batch_size=len(steps))
+    assert first["is_ratio_mean"] == pytest.approx(float(start_ratio.mean()), abs=1e-10)
+    g = torch.Generator().manual_seed(11)
+    with torch.no_grad():  # the policy moves between the passes
+        for p in L.params:
+            p.add_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.05)
+    L.epoch = 1
+    loss, second = L.loss(steps, batch_size=len(steps))
+    grads = torch.autograd.grad(loss, L.params)
+    L.epoch = 0
+    # the weights of pass 2 are the start's
+    assert second["is_ratio_mean"] == pytest.approx(float(start_ratio.mean()), abs=1e-10)
+    assert second["is_clipped_frac"] == pytest.approx(float((start_ratio > cap).double().mean()), abs=1e-7)
+
+    now = reference_token_logprobs(L, steps)
+    ref_loss, at = 0.0, 0
+    for s, lp, lp0 in zip(steps, now, start):
+        r = torch.exp(lp - lp0)
+        w = weight[at : at + len(lp)]
+        at += len(lp)
+        term = w * torch.minimum(r * s.reward, r.clamp(1 - eps, 1 + eps) * s.reward)
+        ref_loss = ref_loss - term.sum() / norm / len(steps)
+    ref_grads = torch.autograd.grad(ref_loss, L.params)
+    assert abs(loss.item() - ref_loss.item()) < 1e-10
+    moved = torch.cat([torch.exp(lp - lp0) for lp, lp0 in zip(now, start)])
+    assert float((moved - 1).abs().max()) > 0.05  # the policy did move: recomputed weights would differ
+    for a, b in zip(grads, ref_grads):
+        assert torch.allclose(a, b, atol=1e-10, rtol=1e-8)
+    assert any(float(x.abs().sum()) > 0 for x in grads)
