@@ -35,8 +35,9 @@ def test_learns_scores_from_game_end_hook_in_a_real_run(tmp_path):
     system = load_plugins(entry_points=False, extra=[("toy", toy_plugin), ("curriculum", plugin)], strict=True)
     cfg = toy_config(
         env_sampler={"name": "curriculum", "explore": 0.0},
+        train_envs=[{"env_id": "PickBest-v0", "num_players": 2}],  # one trained seat, against random-valid
+        model_sampler={"name": "fixed"},
         training={"learning_steps": 3, "batch_size": 8},
-        opponents=[],
     )
     job = unstable_core.build(cfg, run_dir=tmp_path / "run", plugins=system)
     job.start()
@@ -75,3 +76,55 @@ def test_a_sync_run_killed_at_random_points_draws_the_same_envs(tmp_path):
     full = envs(tmp_path / "full")
     assert [e for _, e in full[:32]].count("PickBest-v0") > 24 and [e for _, e in full[-32:]].count("PickBest-v1") > 24
     assert envs(tmp_path / "killed") == full
+
+
+def game(rewards, train_seats, seats=None, env_id="TicTacToe-v0"):
+    from unstable_core import GameEndContext, ModelRef
+    from unstable_core.testing import sample_result
+
+    me, opp = ModelRef(uid="ckpt-3", kind="checkpoint"), ModelRef(uid="random-valid", kind="fixed")
+    seats = [{"me": me, "opp": opp}[s] for s in (seats or ["me", "opp"])]
+    result = sample_result(env_id=env_id, rewards=rewards, train_seats=train_seats, seats=seats)
+    return GameEndContext(result=result.model_copy(update={"game": result.game.model_copy(update={"mode": "train"})}))
+
+
+def test_the_score_counts_games_against_other_models_only():
+    """Self-play (both seats trained, or the trained model in the other seat too) always scores
+    0.5 a game, under any threshold above it: such games are not scored. A game against another
+    model is scored from the trained seat's side, whichever seat that is."""
+    s = CurriculumSampler(CurriculumOptions(threshold=0.7, explore=0.0, tau=0.5))
+    for _ in range(20):
+        s.unstable_game_end(game({0: 1.0, 1: -1.0}, train_seats=[0, 1], seats=["me", "me"]))  # both seats trained
+        s.unstable_game_end(game({0: -1.0, 1: 1.0}, train_seats=[0], seats=["me", "me"]))  # mirror: itself, untrained
+    assert s.scores == {}
+    s.unstable_game_end(game({0: -1.0, 1: 1.0}, train_seats=[1], seats=["opp", "me"]))  # a win in seat 1
+    s.unstable_game_end(game({0: 0.0, 1: 0.0}, train_seats=[0]))  # a draw in seat 0
+    assert s.scores == {"TicTacToe-v0": 0.5 * (0.5 * 1.0) + 0.5 * 0.5}
+    s.unstable_game_end(game({0: 1.0}, train_seats=[0], seats=["me"], env_id="Solo-v0"))  # a single player: its sign
+    assert s.scores["Solo-v0"] == 0.5
+
+
+def test_a_curriculum_whose_env_would_only_be_played_against_itself_is_refused():
+    """An env on which every seat is the trained model (num_actors = num_players), or a run whose
+    opponents are all the trained model itself (`mirror`), never scores: `config check` refuses
+    it with one line naming the env sampler and the env, and exits 2."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    cases = ((["train_envs.0.num_actors=2"], "train_envs.0 (KuhnPoker-v0-train) seats the trained model in every seat"),
+             (['model_sampler={name="mirror"}'], "train_envs.0 (KuhnPoker-v0-train) is played against the trained model itself"),
+             ([], None))
+    for sets, expected in cases:
+        args = ["config", "check", "examples/kuhn-tiny.toml", "--set", 'env_sampler={name="curriculum"}']
+        for item in sets:
+            args += ["--set", item]
+        proc = subprocess.run([sys.executable, "-c", "from unstable_core.cli import main; main()", *args],
+                              capture_output=True, text=True, cwd=root, timeout=120)
+        if expected is None:  # against fixed opponents: accepted
+            assert proc.returncode == 0, proc.stderr
+            continue
+        assert proc.returncode == 2, proc.stderr
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and expected in lines[0] and "env_sampler" in lines[0], proc.stderr
