@@ -7,8 +7,11 @@ so the event loop keeps scheduling games (``batching.py``). Several LoRA adapter
 (``max_loras``, least recently used evicted); a new checkpoint is loaded as a new adapter without
 reloading the base model. Each completion carries its prompt and completion token ids, the logprob
 of every completion token under the sampling distribution (temperature applied, top-p truncation
-not) and the policy version. Every request samples from its own seed, so its
-completion does not depend on the batch it was served in (``sampling.py``). A prompt prefix that
+not) and the policy version. Sampling uses the ``temperature`` and ``top_p`` options and nothing
+else: the sampling fields of a model folder's ``generation_config.json`` (a repetition penalty,
+top-k, its own temperature) are not applied, and named once in the log. Every request samples
+from its own seed, so its completion does not depend on the batch it was served in
+(``sampling.py``). A prompt prefix that
 prompts of a batch share (the template, the rules, the game so far) is prefilled once and
 continued per prompt from its cache (``shared_prefill.py``; ``share_prompt_prefixes``).
 """
@@ -59,10 +62,24 @@ class HFInference:
             tok = load_tokenizer(path, self.options)
             if self.tokenizer is None:
                 self.tokenizer = tok
+            self._own_generation_config(path, model, tok)
             peft_model = with_lora(model, self.options.lora)
             peft_model.eval()
             self._bases[path] = peft_model
         return self._bases[path]
+
+    def _own_generation_config(self, path: str, model: Any, tok: Any) -> None:
+        """Replace the model's ``generation_config`` (its folder's) by one with the special token
+        ids only (``sampling.py``); say once which of its sampling fields are not applied."""
+        from .sampling import clean_generation_config, folder_sampling
+
+        o = self.options
+        found = folder_sampling(getattr(model, "generation_config", None), o.temperature, o.top_p)
+        if found:
+            fields = ", ".join(f"{k}={v}" for k, v in found.items())
+            log.warning("hf inference: %s/generation_config.json sets %s: not applied; sampling uses the run's options "
+                        "(inference.temperature = %s, inference.top_p = %s, nothing else)", path, fields, o.temperature, o.top_p)
+        model.generation_config = clean_generation_config(tok.pad_token_id, tok.eos_token_id, tok.bos_token_id)
 
     def _resident(self, model: Any, ref: ModelRef) -> str | None:
         """Load `ref`'s adapter unless resident (most recently used now); None: the base model."""
@@ -139,7 +156,7 @@ class HFInference:
         import torch
         from transformers import LogitsProcessorList
 
-        from .sampling import PerRequestSampler
+        from .sampling import PerRequestSampler, generation_config
         from .shared_prefill import prefill
 
         ref = requests[0].model
@@ -167,15 +184,8 @@ class HFInference:
                         input_ids=inputs.input_ids,
                         attention_mask=inputs.attention_mask,
                         **{cache_name(): inputs.cache},
-                        logits_processor=LogitsProcessorList([sampler]),
-                        do_sample=False,
-                        temperature=None,
-                        top_p=None,
-                        top_k=None,
-                        max_new_tokens=self.options.max_tokens,
-                        return_dict_in_generate=True,
-                        pad_token_id=tok.pad_token_id,
-                        eos_token_id=tok.eos_token_id,
+                        logits_processor=LogitsProcessorList([sampler]),  # the only processor: nothing of the folder's
+                        generation_config=generation_config(self.options.max_tokens, tok.pad_token_id, tok.eos_token_id),
                     )
             new = out.sequences[:, width:].cpu()
             logp = sampler.logprobs().cpu()  # [B, T]: each drawn token's logprob, kept by the sampler as it drew

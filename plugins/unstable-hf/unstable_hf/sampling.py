@@ -5,6 +5,13 @@ request's completion depends on which requests shared its batch and in which ord
 logits processor, run last, draws each row's token with that row's ``torch.Generator``
 (temperature and top-p applied) and leaves only that token possible; generation then runs
 greedily and picks it.
+
+Nothing else shapes the distribution: ``generate`` is given a clean ``GenerationConfig``
+(``generation_config``) and the model's own, read from its folder's ``generation_config.json``,
+is replaced by one that carries only the special token ids (``clean_generation_config``), so the
+repetition penalty, top-k or temperature a real checkpoint's folder ships never becomes a logits
+processor run before this one. What such a folder says is named once in the log as not applied
+(``folder_sampling``).
 """
 
 from __future__ import annotations
@@ -51,3 +58,50 @@ class PerRequestSampler:
     def logprobs(self) -> torch.Tensor:
         """``[B, T]``: the logprob of the token drawn at each of the ``T`` positions so far."""
         return torch.stack(self.chosen_logprobs, dim=1)
+
+
+#: the fields of a ``GenerationConfig`` that change which token is drawn, each with the value
+#: under which it changes nothing (temperature and top_p: the run's own options)
+NEUTRAL: dict[str, Any] = {
+    "top_k": 0, "min_p": 0.0, "top_h": None, "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0,
+    "repetition_penalty": 1.0, "encoder_repetition_penalty": 1.0, "no_repeat_ngram_size": 0,
+    "encoder_no_repeat_ngram_size": 0, "bad_words_ids": None, "min_length": 0, "min_new_tokens": 0,
+    "suppress_tokens": None, "begin_suppress_tokens": None, "sequence_bias": None, "forced_bos_token_id": None,
+    "forced_eos_token_id": None, "exponential_decay_length_penalty": None, "renormalize_logits": False,
+    "guidance_scale": 1.0, "num_beams": 1, "num_beam_groups": 1, "diversity_penalty": 0.0, "penalty_alpha": None,
+    "dola_layers": None, "watermarking_config": None,
+}
+
+
+def folder_sampling(generation_config: Any, temperature: float, top_p: float) -> dict[str, Any]:
+    """The sampling fields of a model's ``generation_config`` (its folder's
+    ``generation_config.json``) that differ from what the run samples with: ``temperature`` and
+    ``top_p`` against the run's options, every other field of ``NEUTRAL`` against its neutral
+    value. None where a field is unset."""
+    if generation_config is None:
+        return {}
+    run = {**NEUTRAL, "temperature": temperature, "top_p": top_p}
+    found = {}
+    for field, neutral in run.items():
+        value = getattr(generation_config, field, None)
+        if value is None or value == neutral or (not value and not neutral):  # [] or 0 where None is neutral
+            continue
+        found[field] = value
+    return found
+
+
+def clean_generation_config(pad_token_id: Any, eos_token_id: Any, bos_token_id: Any = None) -> Any:
+    """A ``GenerationConfig`` with only the special token ids: a model's ``generation_config``
+    replaced by it has nothing of its folder's left for ``generate`` to merge into a call's."""
+    from transformers import GenerationConfig
+
+    return GenerationConfig(pad_token_id=pad_token_id, eos_token_id=eos_token_id, bos_token_id=bos_token_id)
+
+
+def generation_config(max_new_tokens: int, pad_token_id: Any, eos_token_id: Any) -> Any:
+    """What every ``generate`` call of the backend is given: greedy over what ``PerRequestSampler``
+    leaves possible, ``max_new_tokens``, the end and padding ids, a dict back."""
+    from transformers import GenerationConfig
+
+    return GenerationConfig(max_new_tokens=max_new_tokens, do_sample=False, num_beams=1, pad_token_id=pad_token_id,
+                            eos_token_id=eos_token_id, return_dict_in_generate=True)
