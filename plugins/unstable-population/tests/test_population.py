@@ -75,7 +75,7 @@ def test_the_reward_meta_game_weighs_what_was_won_not_how_often():
     assert payoff_matrix(["ckpt-1", "ckpt-2"], reg) == [[0.0, pytest.approx(-0.75)], [pytest.approx(0.75), 0.0]]
     assert payoff_matrix(["ckpt-1", "ckpt-2"], reg, "outcome") == [[0.0, pytest.approx(0.5)], [pytest.approx(-0.5), 0.0]]
     for payoff, pick in (("reward", "ckpt-2"), ("outcome", "ckpt-1")):
-        sampler = PSROSampler(PSROOptions(entry_games=1, explore=0.0, payoff=payoff))  # the base model played none
+        sampler = PSROSampler(PSROOptions(entry_games=1, explore=0.0, payoff=payoff, pair_games=4))  # the base model played none
         sampler.sample(ENV, reg.current, 1, reg, random.Random(0))
         assert sampler.mixture()[pick] == pytest.approx(1.0)
 
@@ -194,9 +194,14 @@ def test_psro_re_solves_every_n_games_and_lets_newcomers_in_after_their_entry_ga
     assert sampler.mixture() == pytest.approx({"ckpt-1": 0.0, "ckpt-2": 1.0})
     reg.add_checkpoint(Checkpoint(uid="ckpt-3", version=3, path="/c/3"), reg.get("base").ref)
     drawn = {sampler.sample(ENV, reg.current, 1, reg, rng)[0].uid for _ in range(200)}
-    assert drawn == {"base", "ckpt-2", "ckpt-3"}  # the members, and the two below entry_games explored
+    # the three pairs ckpt-3, current, has not played (before the mixture's ckpt-2), and the two
+    # checkpoints below entry_games explored (base, ckpt-3)
+    assert drawn == {"base", "ckpt-1", "ckpt-2", "ckpt-3"}
     assert "ckpt-3" not in sampler.mixture()
-    play(reg, "ckpt-3", "ckpt-2", wins_a=15, wins_b=0)  # 30 more games recorded: re-solved, ckpt-3 enters
+    play(reg, "ckpt-3", "ckpt-2", wins_a=15, wins_b=0)  # 30 more games recorded: re-solved, ckpt-3 has its entry games
+    sampler.sample(ENV, reg.current, 1, reg, rng)
+    assert "ckpt-3" not in sampler.mixture()  # ... but has not played ckpt-1, a member: its row is not known yet
+    play(reg, "ckpt-3", "ckpt-1", wins_a=15, wins_b=0)  # 30 more: it enters, beating both
     sampler.sample(ENV, reg.current, 1, reg, rng)
     assert sampler.mixture()["ckpt-3"] == pytest.approx(1.0)
 
@@ -400,3 +405,67 @@ def test_a_mixture_the_run_does_not_have_is_refused_naming_the_run(tmp_path):
                "model_sampler": {"name": "fixed"}, "trackers": []}
         with pytest.raises(ConfigError, match=message):
             unstable_core.build(bad, run_dir=tmp_path / f"bad-{mixture}", plugins=system)
+
+
+def cycle_payoff(a, b):
+    """Rock-paper-scissors among ckpt-1..3 (ckpt-2 beats ckpt-1, ckpt-3 ckpt-2, ckpt-1 ckpt-3),
+    each beating the base model: a's reward against b."""
+    if a == b:
+        return 0.0
+    if "base" in (a, b):
+        return -1.0 if a == "base" else 1.0
+    beats = {("ckpt-2", "ckpt-1"), ("ckpt-3", "ckpt-2"), ("ckpt-1", "ckpt-3")}
+    return 1.0 if (a, b) in beats else -1.0
+
+
+def league_of_a_cycle(sampler, games_per_checkpoint, seed=0):
+    """The league's schedule, as a run has it: the base model, then ckpt-1, 2, 3 each current in
+    turn and seated against `games_per_checkpoint` opponents the sampler draws, each game's
+    result (``cycle_payoff``) recorded."""
+    reg = ModelRegistry()
+    reg.add(ModelRef(uid="random-valid", model="random-valid"))
+    base = ModelRef(uid="base", kind="base", backend="hf", model="m")
+    reg.add(base, current=True)
+    rng = random.Random(seed)
+    for v in range(4):
+        if v:
+            reg.add_checkpoint(Checkpoint(uid=f"ckpt-{v}", version=v, path=f"/c/{v}"), base)
+        for _ in range(games_per_checkpoint):
+            me = reg.current
+            (opp,) = sampler.sample(ENV, me, 1, reg, rng)
+            r = cycle_payoff(me.uid, opp.uid)
+            reg.record_game(sample_result(seats=[me, opp], rewards={0: r, 1: -r}))
+    return reg
+
+
+@pytest.mark.parametrize("payoff", ["reward", "outcome"])
+def test_psro_from_play_schedules_every_pair_and_keeps_a_cycles_mixture_uniform(payoff):
+    """Each new checkpoint plays the members it has not met (pair_games games each) before the
+    Nash mixture is drawn from: the cycle's every pair gets its games, and the meta-game sees the
+    cycle, a third each. Reading the pairs a checkpoint never met as even matches (0) made the
+    mixture pure: each newcomer beats the one member the mixture drew and ties the rest."""
+    sampler = PSROSampler(PSROOptions(entry_games=10, resolve_every=20, explore=0.1, pair_games=10, payoff=payoff))
+    reg = league_of_a_cycle(sampler, games_per_checkpoint=300)
+    uids = ["base", "ckpt-1", "ckpt-2", "ckpt-3"]
+    assert all(reg.match_count(a, b) >= 10 for a in uids for b in uids if a < b)
+    sampler.solve(reg, reg.current)
+    assert sampler.mixture() == pytest.approx({"base": 0.0, "ckpt-1": 1 / 3, "ckpt-2": 1 / 3, "ckpt-3": 1 / 3}, abs=1e-9)
+
+
+def test_psro_does_not_read_a_pair_that_never_played_as_an_even_match():
+    """The cycle with ckpt-3 never having met ckpt-1: the meta-game is played among the members
+    whose pairs are all known (ckpt-3 waits), and ckpt-3, current, is seated against ckpt-1 until
+    the pair has its games; then the cycle is complete and the mixture a third each."""
+    reg = population(3)
+    for a, b in (("ckpt-1", "ckpt-2"), ("ckpt-2", "ckpt-3")):
+        play(reg, a, b, wins_a=0, wins_b=20)
+    for v in (1, 2, 3):
+        play(reg, f"ckpt-{v}", "base", wins_a=20, wins_b=0)
+    sampler = PSROSampler(PSROOptions(entry_games=10, resolve_every=1, explore=0.0, pair_games=5))
+    rng = random.Random(0)
+    drawn = {sampler.sample(ENV, reg.current, 1, reg, rng)[0].uid for _ in range(50)}
+    assert "ckpt-3" not in sampler.mixture() and sampler.mixture()["ckpt-2"] == pytest.approx(1.0)
+    assert drawn == {"ckpt-1"}  # the current checkpoint's one missing pair
+    play(reg, "ckpt-3", "ckpt-1", wins_a=0, wins_b=5)
+    sampler.sample(ENV, reg.current, 1, reg, rng)
+    assert sampler.mixture() == pytest.approx({"base": 0.0, "ckpt-1": 1 / 3, "ckpt-2": 1 / 3, "ckpt-3": 1 / 3}, abs=1e-9)

@@ -11,7 +11,8 @@ def payoff_matrix(uids: Sequence[str], registry: Any, payoff: str = "reward") ->
     """Row uid's payoff against column uid over the games the two played: its mean reward
     (``payoff="reward"``: the game's own score, chips in poker) or its mean result (``"outcome"``:
     +1 a win, -1 a loss, 0 a draw) or its exact expected reward (``"exact"``, when the run
-    computed it); 0 where they played none (and on the diagonal)."""
+    computed it); 0 where they played none (and on the diagonal). ``psro`` solves it only over
+    members whose pairs have all been played (or computed): a 0 here is never an unknown pair."""
     return [[pair_payoff(a, b, registry, payoff) if a != b else 0.0 for b in uids] for a in uids]
 
 

@@ -9,7 +9,11 @@ recent ones; the *average* of the population is what converges.
 checkpoints form the empirical payoff matrix of a zero-sum meta-game; its Nash mixture (a linear
 program, ``meta.py``) is re-solved every ``resolve_every`` recorded games, and opponents are drawn
 from it (or, with ``spread``, from the best mixture in which every member has at least spread / n
-of the draws, so that the learner never faces one fixed checkpoint). With ``meta_solver = "least"``
+of the draws, so that the learner never faces one fixed checkpoint). With payoffs from play, a
+pair that has not played ``pair_games`` games is unknown, never an even match: the meta-game is
+played among the checkpoints whose pairs are all known, and the current checkpoint is seated
+against each member it has not met enough before any draw from the mixture (the games that fill
+its row of the payoff matrix, as PSRO simulates each new policy against the population). With ``meta_solver = "least"``
 (exact payoffs) the mixture is instead the members' least exploitable one in the whole game, which
 the run computes after each checkpoint (the "least exploitable restricted distribution" of Anytime
 PSRO, McAleer et al. 2022): the Nash mixture of the restricted meta-game may be more exploitable
@@ -114,6 +118,12 @@ class PSROOptions(BaseModel):
     explore: float = Field(
         0.1, ge=0, le=1, description="Probability that a seat gets a checkpoint not yet in the meta-game (so that it plays its entry games)."
     )
+    pair_games: int = Field(
+        10, ge=1, description="With payoffs from play ('reward', 'outcome'): games a pair must have played before the "
+        "meta-game reads its payoff. The current checkpoint is seated against each member of the population it has "
+        "played fewer games with before any opponent is drawn from the mixture, and the meta-game is played among the "
+        "checkpoints whose pairs all have them (a pair never played is unknown, not an even match)."
+    )
     meta_solver: Literal["nash", "least"] = Field(
         "nash", description="The mixture of the members opponents are drawn from: 'nash', the meta-game's Nash mixture; "
         "'least', the members' least exploitable mixture in the whole game (Anytime PSRO's; needs payoff = 'exact' and an "
@@ -168,7 +178,23 @@ class PSROSampler:
         first = pool[0].uid
         if self.options.payoff == "exact":
             return [first] + [r.uid for r in pool[1:] if registry.exact_payoff(r.uid, first) is not None]
-        return [r.uid for r in pool if registry.get(r.uid).games >= self.options.entry_games] or [first]
+        members: list[str] = []  # oldest first, each with pair_games games against every earlier member
+        for r in pool:
+            if registry.get(r.uid).games >= self.options.entry_games and all(
+                    registry.match_count(r.uid, m) >= self.options.pair_games for m in members):
+                members.append(r.uid)
+        return members or [first]
+
+    def unmet(self, registry: Any, anchor: ModelRef) -> list[ModelRef]:
+        """With payoffs from play, the members of the population (the base model and the entered
+        checkpoints) that the anchor, when it is one of them, has played fewer than pair_games
+        games with: the pairs its row of the meta-game still lacks."""
+        if self.options.payoff == "exact":
+            return []
+        pool = entered(registry.checkpoints() or [anchor], self.options.phase)
+        if anchor.uid not in {r.uid for r in pool}:
+            return []
+        return [r for r in pool if r.uid != anchor.uid and registry.match_count(anchor.uid, r.uid) < self.options.pair_games]
 
     def solve(self, registry: Any, anchor: ModelRef) -> None:
         members = self.candidates(registry, anchor)
@@ -205,11 +231,14 @@ class PSROSampler:
             if least is not None:  # the run computes it right after the payoffs: until then the last one
                 self.least = dict(zip(self.members, least, strict=True))
         newcomers = [r for r in entered(registry.checkpoints(), self.options.phase) if r.uid not in self.members]
+        unmet = self.unmet(registry, anchor)
         out = []
         for _ in range(num_seats):
             chosen = fixed_or(registry, self.options.fixed_prob, rng)
             if chosen is None and newcomers and rng.random() < self.options.explore:
                 chosen = rng.choice(newcomers)
+            if chosen is None and unmet:  # the anchor's missing pairs first
+                chosen = rng.choice(unmet)
             if chosen is None:
                 chosen = registry.get(rng.choices(self.members, weights=self.draws)[0]).ref
             out.append(chosen)
