@@ -88,16 +88,19 @@ class ChosenComponents(dict[str, BaseModel]):
     themselves: ``adapter``, the LoRA adapter the learner writes (``LearnerSpec.adapter``; None
     without a learner or when it declares none); and of the run: ``colocate``
     (``training.colocate``: the learner shares the trained model's backend's accelerator),
-    ``model`` (what the trained model's backend loads, or None) and ``executor`` (the chosen
-    executor's name: with ``local`` every role runs on this machine)."""
+    ``model`` (what the trained model's backend loads, or None), ``model_options`` (the trained
+    model's own ``options``, ``[model] options``: e.g. a sampling temperature that overrides the
+    backend's) and ``executor`` (the chosen executor's name: with ``local`` every role runs on
+    this machine)."""
 
     def __init__(self, options: Mapping[str, BaseModel], adapter: AdapterShape | None = None, colocate: bool = False,
-                 model: str | None = None, executor: str | None = None) -> None:
+                 model: str | None = None, executor: str | None = None, model_options: Mapping[str, Any] | None = None) -> None:
         super().__init__(options)
         self.adapter = adapter
         self.colocate = colocate
         self.model = model
         self.executor = executor
+        self.model_options: Mapping[str, Any] = dict(model_options or {})
 
 
 class ComponentSpec(BaseModel):

@@ -1,7 +1,7 @@
 """Hook implementations: nothing heavy is imported here (``unstable plugins list`` imports it)."""
 
 from unstable_core import BuildContext, LearnerSpec, UnstableError, hookimpl
-from unstable_hf.options import check_device, lora_adapter
+from unstable_hf.options import check_learner, lora_adapter
 
 from .options import KLReinforceOptions
 
@@ -19,4 +19,4 @@ def unstable_learners() -> list[LearnerSpec]:
     return [LearnerSpec(name="kl-reinforce", summary="REINFORCE with a KL penalty to the frozen base policy",
                         config=KLReinforceOptions, factory=make_learner, blocking=True,
                         drop_zero_advantage=False,  # a zero-reward step still carries the KL gradient
-                        adapter=lora_adapter, check_run=check_device)]
+                        adapter=lora_adapter, check_run=check_learner)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from unstable_core import BuildContext, LearnerSpec, UnstableError, hookimpl
-from unstable_hf.options import check_device, lora_adapter
+from unstable_hf.options import check_learner, lora_adapter
 
 from .options import A2COptions
 
@@ -31,6 +31,6 @@ def unstable_learners() -> list[LearnerSpec]:
             computes_advantages=True,  # GAE with a critic: no sampling transforms
             needs_episodes=True,  # returns over a seat's turns
             adapter=lora_adapter,
-            check_run=check_device,  # 'cuda' needs a GPU here (with the local executor)
+            check_run=check_learner,  # 'cuda' needs a GPU here (local executor); temperature = the sampling one
         )
     ]

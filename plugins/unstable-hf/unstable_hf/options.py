@@ -80,7 +80,9 @@ class LearnerOptions(ModelLoadOptions):
     max_train_len: int | None = Field(None, ge=2, description="Truncate prompt + completion to this many tokens (the prompt loses its beginning).")
     grad_clip: float = Field(1.0, gt=0, description="Global gradient-norm clip (the logged grad_norm is before clipping).")
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward to save memory.")
-    temperature: float = Field(1.0, gt=0, description="Temperature of the training logprobs (match the rollout's).")
+    temperature: float = Field(1.0, gt=0,
+        description="Temperature of the training logprobs: the one the trained model is sampled at (the inference "
+                    "backend's temperature, or the model's own options), which config check requires.")
     logprob_chunk_size: int | None = Field(None, ge=1, description="Tokens per logprob chunk (None: chosen from free memory).")
     lora: LoraOptions = Field(default_factory=LoraOptions, description="LoRA shape (must match the inference backend's).")
     normalizer: Literal["max_generation_len", "tokens"] = Field(
@@ -131,6 +133,39 @@ def check_device(options: Any, components: ChosenComponents) -> None:
         raise ValueError(f"device {device!r}: this machine has no CUDA GPU (torch {torch.__version__}); use 'auto' or 'cpu'")
     if index >= torch.cuda.device_count():
         raise ValueError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA GPU(s)")
+
+
+def check_learner(options: LearnerOptions, components: ChosenComponents) -> None:
+    """``check_run`` of the learners built on ``LoraLearner``: ``check_device``, and the learner's
+    ``temperature`` equal to the one the trained model is sampled at (``check_temperature``)."""
+    check_device(options, components)
+    check_temperature(options, components)
+
+
+def check_temperature(options: LearnerOptions, components: ChosenComponents) -> None:
+    """The learner's logprobs are of the tempered distribution ``softmax(z / temperature)``; the
+    trained model's completions are drawn at ``[model] options.temperature`` where set, else at
+    its backend's ``temperature``. Apart, the learner differentiates (and importance-weights
+    against) another policy than the one that played: refused, naming both keys. A backend
+    without a ``temperature`` option is not compared."""
+    import math
+
+    inference = components.get("inference")
+    if "temperature" in components.model_options:
+        key, served = "model.options.temperature", components.model_options["temperature"]
+    elif inference is not None and isinstance(getattr(inference, "temperature", None), int | float):
+        key, served = "inference.temperature", inference.temperature
+    else:
+        return
+    if not isinstance(served, int | float) or isinstance(served, bool):
+        return  # the model's options are validated by its backend, which names a bad value
+    if served == 0:
+        raise ValueError(f"{key} = 0: the trained model is played greedily, from no distribution the learner's logprobs "
+                         f"(temperature = {options.temperature}) describe; set {key} = {options.temperature}")
+    if not math.isclose(served, options.temperature, rel_tol=1e-9, abs_tol=1e-12):
+        raise ValueError(f"temperature = {options.temperature} differs from {key} = {served}, the temperature the trained "
+                         f"model is sampled at: the learner's logprobs and importance ratios would be of another policy "
+                         f"than the one that played; set learner.temperature = {served}")
 
 
 def lora_adapter(options: LearnerOptions) -> AdapterShape:

@@ -134,7 +134,8 @@ def test_a_trained_checkpoints_extracted_policy_is_the_one_it_plays(tiny, tmp_pa
 
     overrides = [f'model.model="{tiny}"', "training.learning_steps=6", "training.save_every=3", "training.eval_every=0",
                  "training.batch_size=64", "learner.lr=1e-2", 'collection.mode="sync"', "collection.eval_games=3000",
-                 "collection.num_eval_games=64", "inference.temperature=0.7", "inference.top_p=1.0", "trackers=[]",
+                 "collection.num_eval_games=64", "inference.temperature=0.7", "learner.temperature=0.7", "inference.top_p=1.0",
+                 "trackers=[]",
                  "collection.eval_policy_metrics=true", 'collection.eval_mixtures=["uniform", "meta"]',
                  # the better half only: at this learning rate the policy moves fast and stays in format
                  'reward.sampling=[{name="normalize"}, {name="scale-negative", scale=0.0}]']

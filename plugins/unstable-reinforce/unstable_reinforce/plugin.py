@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from unstable_core import BuildContext, LearnerSpec, UnstableError, hookimpl
-from unstable_hf.options import check_device, lora_adapter
+from unstable_hf.options import check_learner, lora_adapter
 
 from .options import ReinforceOptions
 
@@ -29,6 +29,6 @@ def unstable_learners() -> list[LearnerSpec]:
             blocking=True,  # the update runs in a worker thread while games go on
             drop_zero_advantage=True,  # a zero advantage carries no REINFORCE gradient
             adapter=lora_adapter,
-            check_run=check_device,  # 'cuda' needs a GPU here (with the local executor)
+            check_run=check_learner,  # 'cuda' needs a GPU here (local executor); temperature = the sampling one
         )
     ]

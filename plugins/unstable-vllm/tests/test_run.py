@@ -91,6 +91,16 @@ def test_learner_modules_to_save_fail_config_check_under_vllm():
     assert "inference: vLLM serves LoRA weights only, not the learner's lora.modules_to_save ['model.norm']" in done.stderr
 
 
+def test_a_trained_models_own_temperature_apart_from_the_learners_fails_config_check_naming_both():
+    done = config_check("model.options={temperature=0.5}")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert ("learner: temperature = 1.0 differs from model.options.temperature = 0.5, the temperature the trained model is "
+            "sampled at") in done.stderr
+    assert config_check("model.options={temperature=0.5}", "learner.temperature=0.5").returncode == 0
+    done = config_check("inference.temperature=0.6")  # vLLM's default: the learner's must follow it
+    assert done.returncode == 2 and "differs from inference.temperature = 0.6" in done.stderr
+
+
 def test_a_rank_vllm_has_no_slot_for_fails_config_check():
     done = config_check("inference.max_lora_rank=12")
     assert done.returncode == 2 and "Traceback" not in done.stderr
