@@ -77,7 +77,10 @@ def learner_score(result: GameResult) -> float | None:
 def self_play_problem(config: dict[str, Any]) -> str | None:
     """Why a run's training games would never score (``learner_score`` None), or None: a train
     env on which the trained model takes every seat, or one whose opponents are the trained model
-    itself (the `mirror` model sampler). ``config`` is the resolved run config."""
+    itself (the `mirror` model sampler). ``config`` is the resolved run config; a run without a
+    learner (a tournament) plays no training games and is not checked."""
+    if not config.get("learner"):
+        return None
     sampler = (config.get("model_sampler") or {}).get("name")
     for i, env in enumerate(config.get("train_envs") or []):
         players = int(env.get("num_players", 2))
