@@ -187,3 +187,108 @@ def test_the_buffer_role_expands_drawn_choice_steps_with_the_configured_mass(mak
     role.buffer.add([[choice_step(0.0, 0, [[1, 3, 9], [1, 4, 9]], [0.25, 0.75])]])
     batch = asyncio.run(role.draw(1, learner_version=0))
     assert [r.reward for r in batch.steps] == pytest.approx([2 * mass * 0.25, 2 * mass * 0.75])
+
+
+@pytest.fixture(scope="module")
+def reinforce_learner(tmp_path_factory):
+    """A float64 REINFORCE learner with importance sampling on the fast tiny model, its LoRA
+    weights randomised (so that the adapter moves the policy)."""
+    torch = pytest.importorskip("torch")
+    from unstable_hf.testing import build_fast_tiny
+    from unstable_reinforce.learner import ReinforceLearner
+    from unstable_reinforce.options import ReinforceOptions
+
+    path = build_fast_tiny(tmp_path_factory.mktemp("tiny-cache"))
+    opts = ReinforceOptions(device="cpu", dtype="float64", lora={"rank": 4, "alpha": 8}, importance_sampling=True,
+                            is_cap=10.0, max_generation_len=6)
+    learner = ReinforceLearner(opts, path, seed=0)
+    g = torch.Generator().manual_seed(4)
+    with torch.no_grad():
+        for name, p in learner.model.named_parameters():
+            if "lora_" in name:
+                p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.05)
+    return learner
+
+
+def full_logprob(learner, prompt, answer):
+    """log p(answer | prompt) from the ordinary forward's full logits (float64)."""
+    import torch
+
+    ids = torch.tensor([prompt + answer])
+    logp = torch.log_softmax(learner.model(input_ids=ids).logits[0].double(), -1)
+    return sum(logp[len(prompt) - 1 + j, t] for j, t in enumerate(answer))
+
+
+def close(a, b):
+    """a equals b to 1e-6 of b's largest entry: transformers' Qwen3RMSNorm computes in float32
+    even in a float64 model, so gradients reached through outputs scaled apart agree to about 1e-7
+    of their size, no closer."""
+    assert float((a - b).abs().max()) <= 1e-6 * float(b.abs().max())
+
+
+@pytest.mark.parametrize("cap", [10.0, 1.2])
+def test_importance_sampling_weighs_every_row_of_a_choice_step_by_the_chosen_answer_s_ratio(reinforce_learner, cap):
+    """With importance sampling, a step answered among choices is corrected by pi(c) / pi_old(c),
+    pi the model's probability renormalised over the whole offered answers (as the backend drew
+    it; pi_old the backend's ``choice_probabilities``), truncated at ``is_cap``, on every row of
+    the step: the rows' gradient is rho times their uncorrected one (the rows' step is
+    A * grad log pi(c) by the tests above, so the step is rho * A * grad log pi(c)). rho by hand
+    from full logits; the rows each in a chunk of their own, beside a plain step whose tokens keep
+    their own ratios. Answered with the probabilities the model gives, rho is 1."""
+    import torch
+
+    from unstable_core import Step, Turn, expand_choices
+
+    learner = reinforce_learner
+    learner.options = learner.options.model_copy(update={"is_cap": cap, "importance_sampling": True})
+    prompt, choices, chosen = [5, 6, 7], [[21, 30, 41, 2], [21, 31, 2], [21, 30, 44, 2]], 2
+    with torch.no_grad():
+        logq = torch.stack([full_logprob(learner, prompt, c) for c in choices])
+        pi = torch.softmax(logq, 0).tolist()
+        chosen_logprobs = [float(full_logprob(learner, prompt + choices[chosen][:j], [t]))
+                           for j, t in enumerate(choices[chosen])]
+    # the backend drew the chosen answer with 1 / 1.6 of the probability the model now gives it
+    rest = (1 - pi[chosen] / 1.6) / (1 - pi[chosen])
+    pi_old = [p / 1.6 if i == chosen else p * rest for i, p in enumerate(pi)]
+
+    def decision(probabilities, game):
+        turn = Turn(player_id=0, observation="o", prompt="p", prompt_token_ids=prompt, completion="c",
+                    completion_token_ids=choices[chosen], logprobs=chosen_logprobs, action="[a]", format_ok=True,
+                    choice_token_ids=choices, choice_probabilities=probabilities)
+        return Step(env_id="E", game_idx=game, player_id=0, turn_index=0, num_turns=1, turn=turn, final_reward=1.3,
+                    reward=1.3)
+
+    plain_turn = Turn(player_id=0, observation="o", prompt="p", prompt_token_ids=[8, 9], completion="c",
+                      completion_token_ids=[12, 2], logprobs=[-9.0, -0.5], action="[a]", format_ok=True)
+    plain = Step(env_id="E", game_idx=9, player_id=0, turn_index=0, num_turns=1, turn=plain_turn, final_reward=-0.7,
+                 reward=-0.7)
+
+    def gradient(rows, importance_sampling):
+        """The update's first-pass gradient, one chunk a row, and its weights' statistics."""
+        learner.options = learner.options.model_copy(update={"importance_sampling": importance_sampling})
+        learner.prepare_batch(rows)
+        total, stats = [torch.zeros_like(p) for p in learner.params], []
+        for index, row in enumerate(rows):
+            learner.chunk_index = index
+            loss, s = learner.loss([row], batch_size=len(rows))
+            total = [t + g for t, g in zip(total, torch.autograd.grad(loss, learner.params))]
+            stats.append(s)
+        learner.chunk_index = 0
+        return total, stats
+
+    rows = expand_choices([decision(pi_old, 0)])
+    assert len(rows) == 3 and [bool(r.turn.logprobs) for r in rows] == [False, False, True]
+    rho = min(pi[chosen] / pi_old[chosen], cap)
+    corrected, stats = gradient(rows + [plain], True)
+    uncorrected, _ = gradient(rows, False)
+    alone, _ = gradient([plain], True)  # the plain step's own part, its tokens' ratios
+    for c, u, a in zip(corrected, uncorrected, alone):
+        close(c, rho * u * 3 / 4 + a / 4)  # a batch of 4 rows, of 3 and of 1
+    assert [s["is_ratio_mean"] for s in stats[:3]] == pytest.approx([pi[chosen] / pi_old[chosen]] * 3, rel=1e-6)
+    assert any(float(u.abs().sum()) > 0 for u in uncorrected)
+
+    on_policy = expand_choices([decision(pi, 1)])  # drawn with the model's own probabilities: no correction
+    same, _ = gradient(on_policy, True)
+    plain_rows, _ = gradient(on_policy, False)
+    for c, u in zip(same, plain_rows):
+        close(c, u)

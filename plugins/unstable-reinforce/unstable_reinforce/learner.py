@@ -26,10 +26,15 @@ the proximal one.
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 import torch
 
 from unstable_core import Step
-from unstable_hf.training import LoraLearner, Packed
+from unstable_core.choices import common_prefix, deciding_end
+from unstable_hf.step_values import step_key
+from unstable_hf.training import LoraLearner, Packed, pack, sequences
 
 from .options import ReinforceOptions
 
@@ -47,6 +52,9 @@ class ReinforceLearner(LoraLearner):
         stats: dict[str, float] = {}
         if self.options.importance_sampling:
             ratio = self.rollout_ratio(packed, logp)
+            if any(s.turn.choice_token_ids for s in steps):  # a decision's ratio on each of its rows
+                chosen = self.step_values(steps, "choice_ratio", dtype=ratio.dtype)[packed.rows]
+                ratio = torch.where(torch.isnan(chosen), ratio, chosen)
             weight = torch.clamp(ratio, max=self.options.is_cap)
             stats["is_ratio_mean"] = float(ratio.mean())
             stats["is_clipped_frac"] = float((ratio > self.options.is_cap).float().mean())
@@ -57,6 +65,61 @@ class ReinforceLearner(LoraLearner):
             loss = -(advantages * self.sequence_logprobs(packed, weight * logp)).sum() / batch_size
         stats["logp_mean"] = float(logp.detach().mean()) if logp.numel() else 0.0
         return loss, stats
+
+    def prepare(self, steps: list[Step]) -> dict[str, Any] | None:
+        """With ``importance_sampling`` and steps answered among choices: ``choice_ratio``, the
+        correction of each such decision on every one of its rows (``choice_ratios``; nan for the
+        other steps), and its mean over those rows, ``choice_ratio_mean``."""
+        if not self.options.importance_sampling or not any(s.turn.choice_token_ids for s in steps):
+            return None
+        ratios = self.choice_ratios(steps)
+        known = [r for r in ratios if not math.isnan(r)]
+        return {"choice_ratio": ratios, **({"choice_ratio_mean": math.fsum(known) / len(known)} if known else {})}
+
+    def choice_ratios(self, steps: list[Step]) -> list[float]:
+        """For each row of a decision answered among choices (``expand_choices``: the rows of one
+        decision share its game, seat and turn), ``pi(c) / pi_old(c)``: the chosen answer's
+        probability renormalised over the offered answers, under the policy at the update's start
+        (every answer scored whole, its end token included, as the backend scored it) and as the
+        backend drew it (``choice_probabilities``). The chosen row is the one with rollout
+        logprobs; a decision without one, and every other step, gets nan (the per-token ratio)."""
+        out = [math.nan] * len(steps)
+        decisions: dict[tuple[int, int, int], list[int]] = {}
+        for i, s in enumerate(steps):
+            if s.turn.choice_token_ids:
+                decisions.setdefault(step_key(s), []).append(i)
+        scored: list[tuple[list[int], int, float, list[Step]]] = []
+        for rows in decisions.values():
+            turn = steps[rows[0]].turn
+            choices = [list(ids) for ids in turn.choice_token_ids]
+            shared = common_prefix(choices)
+            drawn = [steps[i].turn.completion_token_ids for i in rows if steps[i].turn.logprobs]
+            deciding = [ids[shared:deciding_end(ids, choices)] for ids in choices]
+            if len(drawn) != 1 or list(drawn[0]) not in deciding or len(turn.choice_probabilities) != len(choices):
+                continue
+            c = deciding.index(list(drawn[0]))
+            if turn.choice_probabilities[c] <= 0:
+                continue
+            # the rows' prompt is the decision's prompt and the offered answers' shared prefix
+            whole = [steps[rows[0]].model_copy(update={"turn": turn.model_copy(update={
+                "completion_token_ids": ids[shared:], "logprobs": []})}) for ids in choices]
+            scored.append((rows, c, turn.choice_probabilities[c], whole))
+        if not scored:
+            return out
+        answers = [s for *_, whole in scored for s in whole]
+        size = self.options.mini_batch_size
+        totals = []
+        for start in range(0, len(answers), size):
+            packed = pack(sequences(answers[start : start + size], self.options.max_train_len), self.device)
+            totals += packed.per_step(self.policy.completion_logprobs(packed).double()).tolist()
+        at = 0
+        for rows, c, old, whole in scored:
+            logq = torch.tensor(totals[at : at + len(whole)], dtype=torch.float64)
+            at += len(whole)
+            ratio = float(torch.exp(logq[c] - torch.logsumexp(logq, 0))) / old
+            for i in rows:
+                out[i] = ratio
+        return out
 
     def rollout_ratio(self, packed: Packed, logp: torch.Tensor) -> torch.Tensor:
         """Each token's ``exp(logp_0 - rollout_logp)`` (1 where the rollout logprob is unknown),
