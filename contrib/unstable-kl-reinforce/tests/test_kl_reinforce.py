@@ -43,12 +43,13 @@ def test_the_kl_starts_at_zero_and_is_positive_once_the_policy_moved(learner, la
     assert all(kl > 1e-4 for kl in kls), kls
 
 
-def test_the_penalty_pulls_the_policy_back_to_the_base(learner):
+@pytest.mark.parametrize("estimator", ["k3", "k1-score"])
+def test_the_penalty_pulls_the_policy_back_to_the_base(learner, estimator):
     """With zero rewards only the KL term has a gradient: updates shrink the KL they report (the
     first few still move away, on the optimizer's momentum from the rewarded updates)."""
     import random
 
-    L = learner(lr=5e-2, kl_coef=1.0)
+    L = learner(lr=5e-2, kl_coef=1.0, kl_estimator=estimator)
     moving = Batch(steps=make_steps(random.Random(0), (3, 300)), learner_version=0)
     for _ in range(4):
         L.update(moving)
@@ -63,3 +64,58 @@ def test_a_learner_without_a_model_is_refused_with_a_clear_message():
     system = load_plugins(entry_points=False, extra=[("kl-reinforce", plugin)], strict=True)
     with pytest.raises(UnstableError, match=r"kl-reinforce learner needs \[model\] model"):
         build_component("learner", "kl-reinforce", {}, plugins=system)
+
+
+def two_token_case():
+    """A policy over two-token sequences (3 tokens each position, the second's logits depend on the
+    first) and a fixed reference, as float64 logits; every sequence, in one flat batch of rows."""
+    g = torch.Generator().manual_seed(3)
+    theta = torch.randn(1 + 3, 3, generator=g, dtype=torch.float64, requires_grad=True)  # row 0: first token; 1 + y1: second
+    ref_logits = torch.randn(1 + 3, 3, generator=g, dtype=torch.float64)
+    seqs = [(a, b) for a in range(3) for b in range(3)]
+    return theta, ref_logits, seqs
+
+
+def seq_logprobs(logits, seq):
+    """Each token's log-probability of ``seq`` under ``logits`` [2]."""
+    a, b = seq
+    return torch.stack([torch.log_softmax(logits[0], -1)[a], torch.log_softmax(logits[1 + a], -1)[b]])
+
+
+@pytest.mark.parametrize("estimator", ["k3", "k1-score"])
+def test_each_kl_estimator_s_expected_gradient_is_the_exact_gradient_it_names(estimator):
+    """E_{y ~ pi}[grad of the penalty term] over every two-token sequence, weighted by its
+    probability, against autograd of the exact KL of the two sequence distributions: `k1-score`
+    gives the gradient of KL(pi || ref); `k3` (GRPO's) that of KL(ref || pi) taken per token at the
+    visited prefix, which is neither KL(pi || ref)'s gradient nor KL(ref || pi)'s over sequences."""
+    from unstable_kl_reinforce.learner import kl_penalty
+
+    theta, ref_logits, seqs = two_token_case()
+    logp = torch.cat([seq_logprobs(theta, s) for s in seqs])
+    ref = torch.cat([seq_logprobs(ref_logits, s) for s in seqs])
+    rows = torch.arange(len(seqs)).repeat_interleave(2)
+    per_token = kl_penalty(logp, ref, rows, estimator)
+    with torch.no_grad():
+        pi = torch.stack([seq_logprobs(theta, s).sum().exp() for s in seqs])
+    per_seq = torch.zeros(len(seqs), dtype=torch.float64).index_add(0, rows, per_token)
+    (expected,) = torch.autograd.grad((pi * per_seq).sum(), theta)  # sum_y pi(y) grad penalty(y)
+
+    def kl(p_logits, q_logits):
+        logp_seq = torch.stack([seq_logprobs(p_logits, s).sum() for s in seqs])
+        logq_seq = torch.stack([seq_logprobs(q_logits, s).sum() for s in seqs])
+        return (logp_seq.exp() * (logp_seq - logq_seq)).sum()
+
+    (reverse,) = torch.autograd.grad(kl(theta, ref_logits), theta)  # KL(pi || ref)
+    (forward,) = torch.autograd.grad(kl(ref_logits, theta), theta)  # KL(ref || pi)
+    # KL(ref || pi) of each next-token distribution, at every prefix weighted by how often pi visits it
+    with torch.no_grad():
+        visits = [1.0] + torch.softmax(theta[0], -1).tolist()  # the empty prefix; then first token a
+    local = sum(v * (torch.softmax(ref_logits[i], -1) * (torch.log_softmax(ref_logits[i], -1)
+                                                          - torch.log_softmax(theta[i], -1))).sum()
+                for i, v in enumerate(visits))
+    (per_token_forward,) = torch.autograd.grad(local, theta)
+    if estimator == "k1-score":
+        assert torch.allclose(expected, reverse, atol=1e-12)
+    else:
+        assert torch.allclose(expected, per_token_forward, atol=1e-12)
+        assert not torch.allclose(expected, reverse, atol=1e-3) and not torch.allclose(expected, forward, atol=1e-3)
