@@ -1,6 +1,6 @@
 """Folders shaped like real checkpoints (``real_shaped.py``): the real Qwen vocabulary, the chat
 templates, generation_config.json, bfloat16 weights on disk, loading and generating through the hf
-backend."""
+backend; and Gemma-2's final logit softcap in the learner's logprobs."""
 
 import asyncio
 import functools
@@ -12,6 +12,9 @@ import torch
 
 from unstable_core import GenerationRequest, ModelRef
 from unstable_hf.inference import HFInference, HFInferenceOptions
+from unstable_hf.logprobs import naive_token_logprobs
+from unstable_hf.options import LearnerOptions
+from unstable_hf.training import LoraLearner
 
 torch.set_num_threads(1)
 
@@ -103,6 +106,37 @@ def test_the_hf_backend_loads_the_folder_and_generates_from_its_chat_template(sh
     ids = out.completion_token_ids
     assert 1 <= len(ids) <= 5 and len(out.logprobs) == len(ids) and all(lp <= 0 for lp in out.logprobs)
     assert out.text == tok.decode([t for t in ids if t != tok.eos_token_id], skip_special_tokens=True)
+
+
+class Scores(LoraLearner):
+    def loss(self, steps, batch_size):  # pragma: no cover (never trained here)
+        raise NotImplementedError
+
+
+@pytest.mark.parametrize(("dtype", "tolerance"), [("float64", 1e-10), ("float32", 1e-4)])
+def test_learner_logprobs_apply_gemma2s_final_logit_softcap(shaped_folder, dtype, tolerance):
+    """The learner's completion logprobs equal log_softmax of transformers' own forward, which
+    applies ``final_logit_softcapping`` (the learner computes its logits from the hidden states).
+    In float32 the two sum 151,648 exponentials in different orders: about 1e-5 apart."""
+    from unstable_core import Step, Turn
+
+    path = shaped_folder("gemma2")
+    learner = Scores(LearnerOptions(device="cpu", dtype=dtype, lora={"rank": 4, "alpha": 8}), path, seed=0)
+    tok = tokenizer(path)
+    prompt = tok(tok.apply_chat_template(CONVERSATION[:1], tokenize=False, add_generation_prompt=True), add_special_tokens=False)["input_ids"]
+    completion = tok("\\boxed{[bet]} because the King wins", add_special_tokens=False)["input_ids"] + [tok.convert_tokens_to_ids("<end_of_turn>")]
+    turn = Turn(player_id=0, observation="o", prompt="p", prompt_token_ids=prompt, completion="c", completion_token_ids=completion,
+                logprobs=[], action="[bet]", format_ok=True)
+    step = Step(env_id="E", game_idx=0, player_id=0, turn_index=0, num_turns=1, turn=turn, final_reward=1.0, reward=1.0)
+    with torch.no_grad():
+        mine = learner.policy.completion_logprobs(learner.pack([step]))
+        logits = learner.model(input_ids=torch.tensor([prompt + completion])).logits[0]
+        hidden = learner.policy.hidden_states(learner.pack([step]))[0]
+    reference = torch.log_softmax(logits, -1)[torch.arange(len(prompt) - 1, len(prompt) + len(completion) - 1), completion]
+    assert (mine - reference).abs().max() <= tolerance
+    positions = torch.arange(len(prompt) - 1, len(prompt) + len(completion) - 1)
+    uncapped = naive_token_logprobs(hidden[positions], learner.policy.head.weight, torch.tensor(completion))
+    assert (uncapped - reference).abs().max() > 1e-2  # the softcap matters on this folder
 
 
 def test_models_init_shaped_cli(tmp_path, capsys):

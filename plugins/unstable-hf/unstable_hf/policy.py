@@ -29,6 +29,14 @@ def split_body_and_head(causal_lm: Any) -> tuple[Any, Any]:
     return body, base.get_output_embeddings()
 
 
+def final_logit_softcap(config: Any) -> float | None:
+    """The cap ``c`` of a model whose forward softcaps its logits, ``c * tanh(z / c)`` (Gemma 2:
+    ``final_logit_softcapping``), or None; read from the text config of a multimodal one."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    cap = getattr(text, "final_logit_softcapping", None)
+    return float(cap) if cap else None
+
+
 _own_attention: weakref.WeakKeyDictionary[Any, str | None] = weakref.WeakKeyDictionary()
 
 
@@ -69,6 +77,7 @@ class Policy:
             enable()
             self.model.enable_input_require_grads()
         self.body, self.head = split_body_and_head(self.model)
+        self.softcap = final_logit_softcap(self.model.config)
         self.device = next(self.model.parameters()).device
 
     def hidden_states(self, packed: Packed) -> torch.Tensor:
@@ -102,7 +111,8 @@ class Policy:
         return None if switched else "the model does not let its attention implementation be switched"
 
     def completion_logprobs(self, packed: Packed, hidden: torch.Tensor | None = None, adapter: bool = True) -> torch.Tensor:
-        """Logprob of every completion token [N] at the options' temperature, memory-bounded.
+        """Logprob of every completion token [N] at the options' temperature, memory-bounded, the
+        model's final logit softcap applied as its own forward applies it (Gemma 2).
         ``adapter=False``: under the frozen base model, without grad (``hidden`` is ignored)."""
         if not adapter:
             with torch.no_grad(), self.model.disable_adapter():
@@ -110,7 +120,8 @@ class Policy:
         if hidden is None:
             hidden = self.hidden_states(packed)
         return token_logprobs(packed.at(hidden, packed.predict_index), self.head.weight, packed.targets,
-                              chunk_size=self.options.logprob_chunk_size, temperature=self.options.temperature)
+                              chunk_size=self.options.logprob_chunk_size, temperature=self.options.temperature,
+                              softcap=self.softcap)
 
     def save(self, directory: str, checkpoint: Checkpoint, extra: Any = None) -> Checkpoint:
         """Write the adapter (safetensors) and ``unstable_checkpoint.json`` into a temporary
