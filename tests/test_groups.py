@@ -31,6 +31,37 @@ def test_leave_one_out_by_hand():
     assert group_advantages(steps, baseline="leave-one-out") == pytest.approx([1.0, -2.0, 1.0])
 
 
+def test_a_one_game_group_gives_zero_advantages_to_every_step_under_leave_one_out():
+    """RLOO's baseline is the mean of the group's other games; a group of one game has none, and
+    its own value would be a baseline that depends on its own actions: every step of it gets 0,
+    whatever its steps' rewards (a step penalty), and the game beside it in a group of two does not."""
+    lone = [step(4, 1.5, 4, turn=0), step(4, -0.5, 4, turn=1)]  # one game, two turns, rewards apart
+    assert group_advantages(lone, baseline="leave-one-out") == [0.0, 0.0]
+    assert group_advantages(lone, baseline="leave-one-out", scale="std") == [0.0, 0.0]
+    pair = [step(5, 1.5, 5, turn=0), step(5, -0.5, 5, turn=1), step(6, 2.0, 5)]
+    # game 5's baseline is game 6's value 2; game 6's is game 5's value 0.5
+    assert group_advantages(pair, baseline="leave-one-out") == pytest.approx([-0.5, -2.5, 1.5])
+
+
+def test_the_sample_std_divides_by_k_minus_one_as_trl_and_verl_do(toy_system):
+    """``std = "sample"``: the group's std with Bessel's correction (torch.std's default, which TRL's
+    and verl's GRPO use): advantages sqrt((k - 1) / k) of the population std's; one game: 0."""
+    import torch
+
+    values = [1.0, -1.0, 1.0, 0.0]
+    steps = [step(i, v, 0) for i, v in enumerate(values)]
+    sample = float(torch.tensor(values, dtype=torch.float64).std())
+    mean = sum(values) / 4
+    assert group_advantages(steps, scale="std", std="sample", eps=0.0) == pytest.approx([(v - mean) / sample for v in values])
+    population = group_advantages(steps, scale="std", eps=0.0)
+    assert [a / b for a, b in zip(group_advantages(steps, scale="std", std="sample", eps=0.0), population)] == \
+        pytest.approx([(3 / 4) ** 0.5] * 4)
+    assert group_advantages([step(9, 2.0, 9)], scale="std", std="sample") == [0.0]
+    transform = unstable_core.build_component("reward_transform", "group-baseline", {"scale": "std", "std": "sample"},
+                                              plugins=toy_system)
+    assert [s.reward for s in transform(steps)] == pytest.approx(group_advantages(steps, scale="std", std="sample"))
+
+
 def test_groups_are_per_group_and_seat_and_a_game_counts_once_whatever_its_turns():
     steps = [
         step(0, 1.0, 0, turn=0), step(0, 0.0, 0, turn=1),  # game 0 seat 0: two turns, value 0.5

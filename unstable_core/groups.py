@@ -6,10 +6,16 @@ game (episode) counts once whatever its number of turns: its value is the mean r
 steps. A step's advantage is its reward minus the baseline of its game:
 
     mean            the mean value of the group's games (GRPO, Dr. GRPO)
-    leave-one-out   the mean value of the group's other games (RLOO; a group of one game: 0)
+    leave-one-out   the mean value of the group's other games (RLOO)
 
 and with ``scale = "std"`` divided by the standard deviation of the group's game values plus
-``eps`` (GRPO); a group whose games all have the same value gives zeros.
+``eps`` (GRPO): the population std (divided by k, the default: the advantages of a group then have
+unit mean square) or, with ``std = "sample"``, the sample std (divided by k - 1, torch.std's
+default, as TRL's and verl's GRPO compute it: advantages sqrt((k - 1) / k) of the population's,
+0.935 for k = 8). A group whose games all have the same value gives zeros. So does a group of one
+game (a group some of whose games failed, or an ungrouped step), under either baseline: there is
+no other game to compare with, and its own value would be a baseline that depends on its own
+actions.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from .types import Step
 
 Baseline = Literal["mean", "leave-one-out"]
 Scale = Literal["none", "std"]
+Std = Literal["population", "sample"]
 
 __all__ = ["group_advantages", "group_keys"]
 
@@ -32,7 +39,8 @@ def group_keys(steps: Sequence[Step]) -> list[Hashable]:
     return [(("group", s.group_id) if s.group_id is not None else ("game", s.game_idx), s.player_id) for s in steps]
 
 
-def group_advantages(steps: Sequence[Step], baseline: Baseline = "mean", scale: Scale = "none", eps: float = 1e-8) -> list[float]:
+def group_advantages(steps: Sequence[Step], baseline: Baseline = "mean", scale: Scale = "none", eps: float = 1e-8,
+                     std: Std = "population") -> list[float]:
     """Each step's reward minus its group's baseline (see the module's docstring), in order."""
     games: dict[Hashable, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
     for i, key in enumerate(group_keys(steps)):
@@ -41,17 +49,16 @@ def group_advantages(steps: Sequence[Step], baseline: Baseline = "mean", scale: 
     for by_game in games.values():
         values = {g: math.fsum(steps[i].reward for i in idx) / len(idx) for g, idx in by_game.items()}
         k, total = len(values), math.fsum(values.values())
+        if k == 1:  # nothing to compare with: zeros (already in ``out``)
+            continue
         mean = total / k
         same = all(v == mean for v in values.values())
-        std = math.sqrt(math.fsum((v - mean) ** 2 for v in values.values()) / k)
+        spread = math.sqrt(math.fsum((v - mean) ** 2 for v in values.values()) / (k - 1 if std == "sample" else k))
         for g, idx in by_game.items():
-            if baseline == "mean":
-                base = mean
-            else:
-                base = (total - values[g]) / (k - 1) if k > 1 else values[g]
+            base = mean if baseline == "mean" else (total - values[g]) / (k - 1)
             for i in idx:
                 advantage = steps[i].reward - base
                 if scale == "std":
-                    advantage = 0.0 if same else advantage / (std + eps)
+                    advantage = 0.0 if same else advantage / (spread + eps)
                 out[i] = advantage
     return out

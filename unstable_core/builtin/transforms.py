@@ -206,6 +206,9 @@ class GroupBaselineOptions(_Opts):
     scale: Literal["none", "std"] = Field("none", description="'std': divide by the group's standard deviation (GRPO); "
                                           "'none': do not (Dr. GRPO, RLOO).")
     eps: float = Field(1e-8, gt=0, description="Added to the standard deviation before dividing.")
+    std: Literal["population", "sample"] = Field(
+        "population", description="With scale = 'std': the group's population std (divided by the number of games k) "
+        "or the sample std (divided by k - 1, torch.std's default, as TRL's and verl's GRPO compute it).")
 
 
 class GroupBaseline:
@@ -215,7 +218,7 @@ class GroupBaseline:
         self.o = options
 
     def __call__(self, steps: list[Step]) -> list[Step]:
-        advantages = group_advantages(steps, self.o.baseline, self.o.scale, self.o.eps)
+        advantages = group_advantages(steps, self.o.baseline, self.o.scale, self.o.eps, self.o.std)
         return [s.model_copy(update={"reward": a}) for s, a in zip(steps, advantages)]
 
 
