@@ -340,3 +340,21 @@ def test_importance_weights_are_the_first_pass_s_on_every_pass_as_decoupled_ppo(
     for a, b in zip(grads, ref_grads):
         assert torch.allclose(a, b, atol=1e-10, rtol=1e-8)
     assert any(float(x.abs().sum()) > 0 for x in grads)
+
+
+def test_after_the_zero_advantage_filter_the_loss_is_the_mean_over_the_kept_steps(tiny_path):
+    """The update divides by the steps it gets (the kept count), not by the steps drawn before the
+    filter (``Batch.dropped`` does not enter it): a batch with its zero-advantage steps dropped
+    takes the step of the whole batch times drawn / kept, in the same direction."""
+    steps = [step([5, 6, 7], [9, 3], 1.0), step([8, 9], [10, 3], 0.0), step([11, 12], [13, 3], -0.5),
+             step([14, 15], [16, 3], 0.0)]
+    kept = [s for s in steps if s.reward != 0.0]
+    norms = []
+    for batch in (Batch(steps=steps, learner_version=0), Batch(steps=kept, learner_version=0, dropped=2),
+                  Batch(steps=kept, learner_version=0)):
+        L = learner(tiny_path, dtype="float64", mini_batch_size=2, grad_clip=1e6)
+        randomize_lora(L.model, seed=2)
+        norms.append(L.update(batch)["grad_norm"])
+    whole, filtered, alone = norms
+    assert filtered == pytest.approx(alone, rel=1e-12)
+    assert filtered == pytest.approx(whole * len(steps) / len(kept), rel=1e-9) and whole > 0
