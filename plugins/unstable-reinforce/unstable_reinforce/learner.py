@@ -10,7 +10,8 @@ positions at once).
 with ``norm_i`` the constant ``max_generation_len`` (Dr. GRPO) or the sequence's token count. With
 ``importance_sampling`` each token's logprob is weighted by the truncated ratio
 ``min(exp(logp_0 - rollout_logp), is_cap)`` (detached), ``logp_0`` the logprob at the update's
-first pass. ``update`` makes one optimizer step, or
+first pass; the rows of a step answered among choices (``expand_choices``) all by the decision's
+``min(pi(c) / pi_old(c), is_cap)`` instead (``choice_ratios``). ``update`` makes one optimizer step, or
 ``epochs`` steps over the same batch with ``clip_ratio``: then each token's term is PPO's clipped
 surrogate (Schulman et al. 2017)
 
