@@ -276,9 +276,18 @@ def build_tiny(spec: TinySpec, path: str | os.PathLike[str], log: Any = None) ->
     return path
 
 
-def ensure_tiny(spec: TinySpec, root: Path, log: Any = None) -> Path:
-    """The cached folder of `spec`, building it atomically if it is not there yet."""
-    final = root / f"tiny-{spec.key()}"
+def ensure_tiny(spec: TinySpec, root: Path, log: Any = None, local: bool = False) -> Path:
+    """The cached folder of `spec`: the build shipped with unstable-hf where there is one
+    (``shipped.py``: the same model on every machine), else built here atomically if it is not
+    there yet (``local``, or ``UNSTABLE_TINY_BUILD=local``: built here whatever is shipped, in
+    ``tiny-KEY-local``)."""
+    from .shipped import builds_locally, install, shipped_build
+
+    local = local or builds_locally()
+    shipped = None if local else shipped_build(spec.key())
+    if shipped is not None:
+        return install(shipped, root / f"tiny-{shipped.key}")
+    final = root / f"tiny-{spec.key()}{'-local' if local else ''}"
     if (final / "unstable_tiny.json").exists():
         return final
     root.mkdir(parents=True, exist_ok=True)
