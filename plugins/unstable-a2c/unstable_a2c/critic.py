@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from unstable_hf.loading import load_causal_lm, lora_config, resolve_model_path, with_lora
+from unstable_hf.policy import checkpoint_activations
 from unstable_hf.training import Packed, Policy, hidden_states, split_body_and_head
 
 from .options import A2COptions
@@ -33,8 +34,11 @@ class Critic:
         else:
             causal = load_causal_lm(resolve_model_path(options.critic_model or model, options), options)
             self.model = with_lora(causal, lora)
+            if options.gradient_checkpointing:  # as the policy's
+                checkpoint_activations(self.model)
             self.adapter = None
             self.body = split_body_and_head(self.model)[0]
+        self.policy_model = policy.model
         self._unfreeze()
         width = split_body_and_head(self.model)[1].weight.shape[1]
         self.head = torch.nn.Linear(width, 1, dtype=policy.head.weight.dtype, device=policy.device)
@@ -50,7 +54,10 @@ class Critic:
         return {**named, **{f"value_head.{n}": p for n, p in self.head.named_parameters()}}
 
     def values(self, packed: Packed) -> torch.Tensor:
-        """V(s) of each row [B]: the value head on the hidden state of its last prompt token."""
+        """V(s) of each row [B]: the value head on the hidden state of its last prompt token. A
+        separate critic model is in the policy's mode (training: LoRA dropout, checkpointing)."""
+        if self.adapter is None:
+            self.model.train(self.policy_model.training)
         with self._active():
             hidden = hidden_states(self.body, packed)
         return self.head(packed.at(hidden, packed.last_prompt_index)).squeeze(-1)

@@ -3,6 +3,7 @@ lm_head, with memory-bounded completion logprobs and atomic adapter checkpoints.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -63,6 +64,57 @@ def hidden_states(body: Any, packed: Packed) -> torch.Tensor:
     return body(input_ids=packed.ids, attention_mask=packed.attention, position_ids=packed.position_ids).last_hidden_state
 
 
+class _AdaptersAtForward:
+    """The ``context_fn`` of activation checkpointing on a peft model: each checkpointed call
+    notes every adapter layer's active adapters and whether adapters are off, and its
+    recomputation in backward runs under those, whichever adapter is active then (a critic
+    adapter switched back to the policy's before backward, the adapters off for a reference)."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.key: tuple[str, ...] = ()
+        self.layers: list[Any] = []
+
+    def _layers(self) -> list[Any]:
+        key = tuple(getattr(self.model, "peft_config", {}))
+        if key != self.key or not self.layers:  # adapter layers appear as adapters are added
+            self.key = key
+            self.layers = [m for m in self.model.modules() if hasattr(m, "_active_adapter") and hasattr(m, "_disable_adapters")]
+        return self.layers
+
+    def __call__(self) -> tuple[Any, Any]:
+        layers = self._layers()
+        return contextlib.nullcontext(), _AdapterState(layers, [(m._active_adapter, m._disable_adapters) for m in layers])
+
+
+class _AdapterState:
+    """Set adapter layers' (active adapters, off) for a block, then put back what was there;
+    ``requires_grad`` is left alone (peft's ``set_adapter`` would change it)."""
+
+    def __init__(self, layers: list[Any], state: list[tuple[Any, bool]]) -> None:
+        self.layers, self.state = layers, state
+        self.saved: list[list[tuple[Any, bool]]] = []
+
+    def __enter__(self) -> None:
+        self.saved.append([(m._active_adapter, m._disable_adapters) for m in self.layers])
+        for m, (active, off) in zip(self.layers, self.state):
+            m._active_adapter, m._disable_adapters = active, off
+
+    def __exit__(self, *exc: object) -> None:
+        for m, (active, off) in zip(self.layers, self.saved.pop()):
+            m._active_adapter, m._disable_adapters = active, off
+
+
+def checkpoint_activations(model: Any) -> None:
+    """Gradient checkpointing on a (peft) causal LM: non-reentrant, and each decoder layer's
+    recomputation in backward under the adapters its forward ran with (``_AdaptersAtForward``),
+    so that a learner may switch adapters between its forwards and the backward."""
+    # renamed in transformers 5.2x; the old name goes in v6
+    enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+    enable({"use_reentrant": False, "context_fn": _AdaptersAtForward(model)})
+    model.enable_input_require_grads()
+
+
 class Policy:
     """A causal LM with a fresh LoRA adapter, split into body and lm_head."""
 
@@ -72,10 +124,8 @@ class Policy:
         if causal_lm is None:
             causal_lm = load_causal_lm(resolve_model_path(model, options), options)
         self.model = with_lora(causal_lm, options.lora)
-        if options.gradient_checkpointing:  # renamed in transformers 5.2x; the old name goes in v6
-            enable = getattr(self.model, "activation_checkpointing_enable", None) or self.model.gradient_checkpointing_enable
-            enable()
-            self.model.enable_input_require_grads()
+        if options.gradient_checkpointing:
+            checkpoint_activations(self.model)
         self.body, self.head = split_body_and_head(self.model)
         self.softcap = final_logit_softcap(self.model.config)
         self.device = next(self.model.parameters()).device
