@@ -3,6 +3,9 @@
 ``prepare`` (once per update, without grad): the critic's V(s) for every step, per-turn rewards
 (step rewards at each turn, the final reward at the last turn only), GAE over each player's own
 turns, optionally z-scored advantages (their negative ones scaled by ``negative_advantage_scale``).
+The z-score and the logged statistics (``explained_variance``, the means) are over the whole
+batch: a data-parallel rank sums its shard's counts and sums with the others' (``batch_sums``),
+so N ranks take the step one learner takes.
 ``loss`` (per chunk):
 
     policy = - sum_i A_i * sum_t logp(y_it) / norm_i  / batch_size
@@ -15,8 +18,8 @@ teach the critic.
 
 from __future__ import annotations
 
+from math import fsum
 from pathlib import Path
-from statistics import fmean, pvariance
 
 import torch
 
@@ -54,17 +57,22 @@ class A2CLearner(LoraLearner):
                            self.options.gamma, self.options.gae_lambda)
             for i, a, r in zip(idx, adv, ret):
                 advantages[i], returns[i] = a, r
+        # statistics over the whole batch: data-parallel, every rank's shard (batch_sums)
+        n, adv_sum, ret_sum, val_sum, res_sum = self.batch_sums(
+            [len(steps), fsum(advantages), fsum(returns), fsum(values), fsum(r - v for r, v in zip(returns, values))])
+        adv_mean, ret_mean, res_mean = (x / n if n else 0.0 for x in (adv_sum, ret_sum, res_sum))
+        adv_sq, ret_sq, res_sq = self.batch_sums([fsum((a - adv_mean) ** 2 for a in advantages),
+                                                  fsum((r - ret_mean) ** 2 for r in returns),
+                                                  fsum((r - v - res_mean) ** 2 for r, v in zip(returns, values))])
         used = list(advantages)
-        if self.options.normalize_advantages and len(used) > 1:
-            mean, std = fmean(used), pvariance(used) ** 0.5
-            used = [(a - mean) / (std + 1e-8) for a in used]
+        if self.options.normalize_advantages and n > 1:
+            std = (adv_sq / n) ** 0.5
+            used = [(a - adv_mean) / (std + 1e-8) for a in used]
         if (scale := self.options.negative_advantage_scale) != 1.0:
             used = [a * scale if a < 0 else a for a in used]
-        var = pvariance(returns) if len(returns) > 1 else 0.0
-        residual = pvariance([r - v for r, v in zip(returns, values)]) if len(returns) > 1 else 0.0
         return {"advantage": used, "return": returns, "value": values,  # per step: loss reads them by step
-                "value_mean": fmean(values), "return_mean": fmean(returns), "gae_advantage_mean": fmean(advantages),
-                "explained_variance": 1.0 - residual / var if var > 0 else 0.0}
+                "value_mean": val_sum / n if n else 0.0, "return_mean": ret_mean, "gae_advantage_mean": adv_mean,
+                "explained_variance": 1.0 - res_sq / ret_sq if n > 1 and ret_sq > 0 else 0.0}
 
     def loss(self, steps: list[Step], batch_size: int) -> tuple[torch.Tensor, dict[str, float]]:
         packed = self.pack(steps)

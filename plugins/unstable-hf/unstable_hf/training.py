@@ -145,13 +145,26 @@ class LoraLearner:
         """Called once per update with the whole batch, before its chunks, without grad: compute
         what ``loss`` treats as constants (a critic's values, group advantages). A number
         returned is logged; a list (or 1-d tensor) of one value per step of ``steps``, in order,
-        is a per-step value that ``loss`` reads with ``step_values(chunk, name)``."""
+        is a per-step value that ``loss`` reads with ``step_values(chunk, name)``.
+
+        Data-parallel, every rank calls it with its shard of whole games (possibly none): a
+        statistic over the batch (a mean, a variance) sums what each shard holds through
+        ``batch_sums``, called the same number of times on every rank."""
 
     def prepare_batch(self, steps: list[Step]) -> dict[str, float]:
         """``prepare`` the batch (without grad): keep its per-step values for ``step_values``,
         return its numbers."""
         with torch.no_grad():
             return self.prepared.split(steps, self.prepare(steps) or {})
+
+    def batch_sums(self, values: list[float]) -> list[float]:
+        """These numbers summed over the whole batch: data-parallel, each rank's (all-reduced in
+        float64, every rank must call it with as many numbers); one learner's as they are. For
+        ``prepare``: ``n, total = self.batch_sums([len(steps), sum(x)])`` is the batch's count
+        and sum on every rank, so N ranks take the step one learner takes."""
+        if self.distributed:
+            return sum_numbers([float(v) for v in values], self.device)
+        return [float(v) for v in values]
 
     def step_values(self, steps: list[Step], name: str, dtype: torch.dtype | None = None) -> torch.Tensor:
         """The per-step values ``name`` that ``prepare`` returned, for these steps (a chunk), in
@@ -234,7 +247,7 @@ class LoraLearner:
         if self.shared:  # neighbours share most: chunks cut along the tries
             steps = sorted(steps, key=lambda s: s.turn.prompt_token_ids + s.turn.completion_token_ids)
         self.model.train()
-        prepared = self.prepare_batch(steps) if steps else {}
+        prepared = self.prepare_batch(steps) if steps or self.distributed else {}  # every rank: batch_sums
         self.counts.clear()
         chunks = self.chunks(steps)
         layouts: list[str] = []
