@@ -226,8 +226,8 @@ def close(a, b):
     assert float((a - b).abs().max()) <= 1e-6 * float(b.abs().max())
 
 
-@pytest.mark.parametrize("cap", [10.0, 1.2])
-def test_importance_sampling_weighs_every_row_of_a_choice_step_by_the_chosen_answer_s_ratio(reinforce_learner, cap):
+@pytest.mark.parametrize(("cap", "size"), [(10.0, 1), (1.2, 8)])  # size 8: the answers scored prefix-shared, in one chunk
+def test_importance_sampling_weighs_every_row_of_a_choice_step_by_the_chosen_answer_s_ratio(reinforce_learner, cap, size):
     """With importance sampling, a step answered among choices is corrected by pi(c) / pi_old(c),
     pi the model's probability renormalised over the whole offered answers (as the backend drew
     it; pi_old the backend's ``choice_probabilities``), truncated at ``is_cap``, on every row of
@@ -240,7 +240,7 @@ def test_importance_sampling_weighs_every_row_of_a_choice_step_by_the_chosen_ans
     from unstable_core import Step, Turn, expand_choices
 
     learner = reinforce_learner
-    learner.options = learner.options.model_copy(update={"is_cap": cap, "importance_sampling": True})
+    learner.options = learner.options.model_copy(update={"is_cap": cap, "importance_sampling": True, "mini_batch_size": size})
     prompt, choices, chosen = [5, 6, 7], [[21, 30, 41, 2], [21, 31, 2], [21, 30, 44, 2]], 2
     with torch.no_grad():
         logq = torch.stack([full_logprob(learner, prompt, c) for c in choices])

@@ -35,7 +35,7 @@ import torch
 from unstable_core import Step
 from unstable_core.choices import common_prefix, deciding_end
 from unstable_hf.step_values import step_key
-from unstable_hf.training import LoraLearner, Packed, pack, sequences
+from unstable_hf.training import LoraLearner, Packed
 
 from .options import ReinforceOptions
 
@@ -107,11 +107,10 @@ class ReinforceLearner(LoraLearner):
             scored.append((rows, c, turn.choice_probabilities[c], whole))
         if not scored:
             return out
-        answers = [s for *_, whole in scored for s in whole]
-        size = self.options.mini_batch_size
+        answers = [s for *_, whole in scored for s in whole]  # a decision's answers side by side: they share its prompt
         totals = []
-        for start in range(0, len(answers), size):
-            packed = pack(sequences(answers[start : start + size], self.options.max_train_len), self.device)
+        for chunk in self.chunks(answers):
+            packed = self.pack(chunk)
             totals += packed.per_step(self.policy.completion_logprobs(packed).double()).tolist()
         at = 0
         for rows, c, old, whole in scored:
