@@ -9,6 +9,7 @@ import os
 import shutil
 import tempfile
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +130,7 @@ class Policy:
         self.body, self.head = split_body_and_head(self.model)
         self.softcap = final_logit_softcap(self.model.config)
         self.device = next(self.model.parameters()).device
+        self.observer: Callable[[Packed, torch.Tensor], None] | None = None  # sees the policy's logprobs of each pack
 
     def hidden_states(self, packed: Packed) -> torch.Tensor:
         """The body's last hidden states [R, W, H] (with whichever adapter is active)."""
@@ -163,15 +165,23 @@ class Policy:
     def completion_logprobs(self, packed: Packed, hidden: torch.Tensor | None = None, adapter: bool = True) -> torch.Tensor:
         """Logprob of every completion token [N] at the options' temperature, memory-bounded, the
         model's final logit softcap applied as its own forward applies it (Gemma 2).
-        ``adapter=False``: under the frozen base model, without grad (``hidden`` is ignored)."""
+        ``adapter=False``: under the frozen base model, without grad (``hidden`` is ignored).
+        The policy's (``adapter=True``) go to ``observer`` too (the learner's logprob gap)."""
         if not adapter:
             with torch.no_grad(), self.model.disable_adapter():
-                return self.completion_logprobs(packed, self.hidden_states(packed))
+                observer, self.observer = self.observer, None
+                try:
+                    return self.completion_logprobs(packed, self.hidden_states(packed))
+                finally:
+                    self.observer = observer
         if hidden is None:
             hidden = self.hidden_states(packed)
-        return token_logprobs(packed.at(hidden, packed.predict_index), self.head.weight, packed.targets,
+        logp = token_logprobs(packed.at(hidden, packed.predict_index), self.head.weight, packed.targets,
                               chunk_size=self.options.logprob_chunk_size, temperature=self.options.temperature,
                               softcap=self.softcap)
+        if self.observer is not None:
+            self.observer(packed, logp)
+        return logp
 
     def save(self, directory: str, checkpoint: Checkpoint, extra: Any = None) -> Checkpoint:
         """Write the adapter (safetensors) and ``unstable_checkpoint.json`` into a temporary

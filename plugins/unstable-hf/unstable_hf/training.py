@@ -42,6 +42,7 @@ from unstable_core import Batch, Checkpoint, Step
 
 from .data_parallel import Workers, on_cpu, shard, sum_gradients, sum_numbers, worker_rank
 from .layout import LayoutChoice
+from .logprob_gap import LogprobGap
 from .options import LearnerOptions
 from .packing import Packed, Sequence, pack, sequences
 from .policy import Policy, hidden_states, split_body_and_head
@@ -68,7 +69,9 @@ class LoraLearner:
     ``advantage_mean``, ``train_tokens`` (completion tokens scored), ``forward_tokens`` (positions
     the loss's forwards computed), ``prefix_share`` (the share of the steps' tokens that prefix
     sharing did not recompute), ``prefix_segments`` (the share of chunks forwarded as
-    cached-prefix segments), ``learner_tokens_per_s``, ``update_s``, what ``prepare`` returned
+    cached-prefix segments), ``logprob_gap_mean`` / ``logprob_gap_max`` / ``logprob_gap_tokens`` (rollout
+    vs learner logprobs at the first pass, on the steps this version played: ``logprob_gap.py``),
+    ``learner_tokens_per_s``, ``update_s``, what ``prepare`` returned
     and the mean over chunks (of every pass) of every number ``loss`` reports. With ``prefix_layout = "auto"``
     the first chunks alternate between the two prefix-shared layouts, timed, and the faster is
     kept (``layout.py``)."""
@@ -87,6 +90,8 @@ class LoraLearner:
         self.epoch = self.chunk_index = 0  # the pass over the batch and the chunk that ``loss`` computes
         self.counts: Counter[str] = Counter()
         self.prepared = StepValues()
+        self.logprob_gap = LogprobGap()  # rollout vs learner logprobs of the steps these weights played
+        self.policy.observer = self.logprob_gap.observe
         self.pair_weight = attention_pair_weight(self.model.config)
         self.forward_cost = forward_cost(self.model.config)
         self.set_prefix_sharing(options.prefix_sharing)
@@ -188,6 +193,7 @@ class LoraLearner:
                                  pair_weight=0.0 if self.block_mask else self.pair_weight, block_mask=self.block_mask)
         else:
             packed = pack(seqs, self.device)
+        self.logprob_gap.watch(packed, steps, self.version)
         self.counts["forward_tokens"] += packed.forward_tokens
         self.counts["sequence_tokens"] += packed.sequence_tokens
         return packed
@@ -265,6 +271,7 @@ class LoraLearner:
         self.epoch = self.chunk_index = 0  # a later ``loss`` outside an update starts afresh
         if self.distributed:
             loss, forward, sequence = sum_numbers([loss, forward, sequence], self.device)
+        gap = self.logprob_gap.metrics(self.distributed, self.device)
         self.model.eval()
         self.version += 1
         passes = max(1, len(chunks) * self.epochs())
@@ -272,6 +279,7 @@ class LoraLearner:
             **{key: float(value) for key, value in prepared.items()},
             **{key: value / passes for key, value in sums.items()},
             **norms,
+            **gap,
             "loss": loss,
             "forward_tokens": float(forward),
             "prefix_share": 1.0 - forward / max(1, sequence),
@@ -289,7 +297,8 @@ class LoraLearner:
                 layouts.append(self.layouts.next())
             self.layout = layouts[index]
             chunk_start, tokens_before = time.perf_counter(), self.counts["sequence_tokens"]
-            loss, stats = self.loss(chunk, batch_size)
+            with self.logprob_gap.first_pass(self.epoch == 0):
+                loss, stats = self.loss(chunk, batch_size)
             loss.backward()
             if self.epoch == 0:
                 self.layouts.record(self.layout, time.perf_counter() - chunk_start, self.counts["sequence_tokens"] - tokens_before)
