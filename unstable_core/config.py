@@ -143,6 +143,11 @@ class TrainingConfig(Section):
         False, description="Go on when the learner reports a NaN or infinite metric (loss, grad norm); by default the run "
         "stops at that update, naming the learner and the metric.",
     )
+    logprob_gap_tolerance: float = Field(
+        1e-2, gt=0, description="Warn once (on the console) when an update's `logprob_gap_mean` passes this many nats: the "
+        "mean |learner - rollout| logprob over the tokens of the steps the updated weights played, which should be 0 up to "
+        "float rounding (docs/logprobs.md#the-live-check-rollout-vs-learner-logprobs-in-every-update).",
+    )
     batch_size: int = Field(64, ge=1, le=10_000_000, description="Steps per learner update.")
     eval_every: int = Field(0, ge=0, description="Evaluate every N updates (0: only before and after training).")
     save_every: int = Field(1, ge=1, description="Save a checkpoint and a run snapshot (for --resume) every N updates.")

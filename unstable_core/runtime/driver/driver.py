@@ -17,6 +17,7 @@ whole run at once (``asyncio.TaskGroup``): nothing waits on a dead stage.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Coroutine
 
@@ -32,6 +33,7 @@ from .state import RunContext
 from .stats import OutcomeAggregator
 
 Spawn = Callable[[Coroutine[None, None, list[EvalRecord]]], object]
+log = logging.getLogger("unstable")
 
 
 class Driver:
@@ -43,6 +45,7 @@ class Driver:
         self.collector = Collector(run, self.reporter)
         self.evaluator = Evaluator(run, self.collector, self.reporter)
         self.snapshots = Snapshots(run, self.collector, self.evaluator)
+        self.gap_warned = False  # the logprob gap's warning is given once a run
 
     async def drive(self) -> None:
         learner = self.run.roles.learner
@@ -170,8 +173,26 @@ class Driver:
             "batch_steps": float(len(batch.steps)), "dropped": float(batch.dropped), "update_s": round(update_s, 6),
         })
         run.out.log(TrainRecord(step=step, time=run.out.now(), **metrics))
+        self.check_logprob_gap(step, metrics)
         run.system.call_lifecycle("unstable_batch_end", ctx=BatchEndContext(
             run_dir=run.run_dir, learner_step=step, metrics=metrics, batch_size=len(batch.steps)))
+
+    def check_logprob_gap(self, step: int, metrics: dict[str, float]) -> None:
+        """Warn once a run when the learner's logprobs of the steps the updated weights played
+        differ from the rollout's by more than ``training.logprob_gap_tolerance`` (mean, nats)."""
+        gap, tolerance = metrics.get("logprob_gap_mean"), self.cfg.training.logprob_gap_tolerance
+        if self.gap_warned or gap is None or not gap > tolerance:
+            return
+        self.gap_warned = True
+        log.warning(
+            "learner step %d: the learner's logprobs differ from the rollout's by %.3g nats a token on average (max %.3g "
+            "over %d tokens) on steps the updated weights played, above training.logprob_gap_tolerance = %g: the learner "
+            "does not score the distribution that sampled (importance ratios and on-policy gradients are off). Usual "
+            "causes: a model folder's generation_config.json (repetition_penalty, top_k) applied at sampling; "
+            "learner.temperature not the serving temperature; bfloat16/float16 on one side, float32 on the other; a logit "
+            "softcap (final_logit_softcapping) applied on one side only; a backend serving a stale adapter. Warned once; "
+            "every train record carries logprob_gap_mean and logprob_gap_max (docs/logprobs.md).",
+            step, gap, metrics.get("logprob_gap_max", gap), int(metrics.get("logprob_gap_tokens", 0)), tolerance)
 
     async def update_colocated(self, learner: LearnerHandle, batch: Batch) -> dict[str, float]:
         """The update between every rollout replica's backend sleeping and waking; the seconds
