@@ -124,6 +124,18 @@ def test_the_learner_line_shows_the_figures_the_learner_reports_prefix_sharing_i
     assert learner_text(folded([{"type": "start", "name": "x", "mode": "train", "total": 10, "run_dir": "r"}])) == ""
 
 
+def test_the_learner_line_keeps_the_latest_measured_logprob_gap_and_flags_it_past_the_tolerance():
+    start = {"type": "start", "name": "x", "mode": "train", "total": 10, "run_dir": "r",
+             "config": {"training": {"logprob_gap_tolerance": 0.01}}}
+    measured = {"type": "train", "step": 1, "time": 1.0, "loss": 0.5, "logprob_gap_tokens": 396.0,
+                "logprob_gap_mean": 2.938e-07, "logprob_gap_max": 1.609e-06}
+    between = {"type": "train", "step": 2, "time": 2.0, "loss": 0.25, "logprob_gap_tokens": 0.0}  # no step of version 1
+    assert learner_text(folded([start, measured, between])) == (
+        "learner step 2: loss 0.25 · logprob gap 2.9e-07 (max 1.6e-06, step 1)")
+    off = {**measured, "step": 3, "logprob_gap_mean": 0.1, "logprob_gap_max": 0.25}
+    assert learner_text(folded([start, measured, off])).endswith("logprob gap 0.1 (max 0.25, step 3) over 0.01")
+
+
 def test_plain_lines_are_whole_one_per_evaluation_and_a_last_line():
     out = io.StringIO()
     presenter = Presenter(live=False, every_s=10.0, file=out)

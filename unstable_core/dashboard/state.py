@@ -38,6 +38,8 @@ class DashboardState:
         self.summaries: deque[tuple[float, int, int]] = deque()  # (time, games, generated tokens)
         self.overall_games_per_s: float | None = None
         self.train: dict[str, Any] = {}  # the latest train record
+        self.logprob_gap: tuple[int, float, float] | None = None  # (step, mean, max) of the latest update that measured it
+        self.logprob_gap_tolerance: float | None = None  # training.logprob_gap_tolerance of the run's config
         self.updates: deque[tuple[float, float]] = deque(maxlen=LEARNER_WINDOW)  # (train tokens, seconds)
         self.progress_origin: tuple[float, int] | None = None  # (time, done) when progress began
         self.evals: dict[tuple[str, str, str], dict[str, Any]] = {}  # (env, model, opponent) -> latest
@@ -56,6 +58,8 @@ class DashboardState:
 
     def _on_start(self, r: Mapping[str, Any]) -> None:
         self.name, self.mode, self.total = r["name"], r["mode"], int(r["total"])
+        tolerance = ((r.get("config") or {}).get("training") or {}).get("logprob_gap_tolerance")
+        self.logprob_gap_tolerance = float(tolerance) if isinstance(tolerance, (int, float)) else None
         self.status = "running"
         self.progress_origin = None  # a resumed leg measures its own pace
 
@@ -64,6 +68,8 @@ class DashboardState:
 
     def _on_train(self, r: Mapping[str, Any]) -> None:
         self.train = dict(r)
+        if isinstance(r.get("logprob_gap_mean"), (int, float)):  # only updates with steps their own weights played
+            self.logprob_gap = (int(r["step"]), float(r["logprob_gap_mean"]), float(r.get("logprob_gap_max", r["logprob_gap_mean"])))
         tokens, seconds = r.get("train_tokens"), r.get("update_s")
         if tokens is not None and seconds:
             self.updates.append((float(tokens), float(seconds)))

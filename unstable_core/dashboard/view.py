@@ -83,7 +83,17 @@ def learner_parts(state: DashboardState) -> list[str]:
     if not t:
         return []
     shown = [f"{label} {fmt.format(float(t[k]))}" for k, (label, fmt) in LEARNER_FIGURES.items() if isinstance(t.get(k), (int, float))]
+    if state.logprob_gap is not None:
+        shown.append(logprob_gap_text(state.logprob_gap, state.logprob_gap_tolerance))
     return [f"learner step {t.get('step', 0)}: {shown[0]}" if shown else f"learner step {t.get('step', 0)}", *shown[1:]]
+
+
+def logprob_gap_text(gap: tuple[int, float, float], tolerance: float | None) -> str:
+    """``logprob gap 2.9e-07 (max 1.6e-06, step 1)``: rollout vs learner logprobs at the latest
+    update that measured them; ``over 0.01`` when the mean passed the run's tolerance."""
+    step, mean, largest = gap
+    over = f" over {tolerance:g}" if tolerance is not None and mean > tolerance else ""
+    return f"logprob gap {mean:.2g} (max {largest:.2g}, step {step}){over}"
 
 
 def learner_text(state: DashboardState) -> str:

@@ -172,6 +172,26 @@ def test_exact_policy_metrics_are_logged_per_env_and_model(tmp_path):
     assert [v for _, v in run.series("policy/openspiel_kuhn_poker/meta-mixture/exploitability")] == [0.12, 0.12]
 
 
+def test_the_logprob_gap_is_charted_and_the_summary_keeps_its_largest(tmp_path):
+    """``train/logprob_gap_mean`` and ``_max`` are charted per update; the run's summary (the runs
+    table) holds the largest, not the last update's (which may have measured nothing)."""
+    from unstable_core import TrainRecord, build_component, get_plugin_system
+
+    options = {k: v for k, v in wandb_config().items() if k != "name"}
+    tracker = build_component("tracker", "wandb", options, plugins=get_plugin_system(), run_dir=str(tmp_path))
+    gaps = [(1, 3e-7, 2e-6), (2, 0.1, 0.4), (3, 1e-6, 5e-6), (4, None, None)]
+    for step, mean, largest in gaps:
+        measured = {} if mean is None else {"logprob_gap_mean": mean, "logprob_gap_max": largest}
+        tracker.log(TrainRecord(step=step, time=float(step), staleness_mean=0.0, staleness_max=0.0, batch_steps=8.0,
+                                logprob_gap_tokens=0.0 if mean is None else 40.0, **measured))
+    tracker.close()
+    (run,) = read_offline_runs(tmp_path)
+    assert [(row["learner_step"], v) for row, v in run.series("train/logprob_gap_mean")] == [(1, 3e-7), (2, 0.1), (3, 1e-6)]
+    assert [v for _, v in run.series("train/logprob_gap_tokens")] == [40.0, 40.0, 40.0, 0.0]
+    assert run.summary["train/logprob_gap_mean"] == {"max": 0.1}
+    assert run.summary["train/logprob_gap_max"] == {"max": 0.4}
+
+
 def test_a_restart_is_logged_with_its_count_and_role(tmp_path):
     """A ``restart`` record (an executor restarted a role) goes to ``executor/restarts`` and
     ``executor/restarted/<role>``; the summary's count to ``collection/restarts``."""

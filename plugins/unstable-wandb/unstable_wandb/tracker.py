@@ -9,7 +9,8 @@ run (``unstable run --resume``) goes on in the same W&B run.
 record          logged as
 =============== =======================================================================
 ``start``       config: the resolved run config, plus ``plugins`` (name -> version)
-``train``       ``train/<metric>`` and ``train/learner_tokens_per_s``, at ``learner_step``
+``train``       ``train/<metric>`` and ``train/learner_tokens_per_s``, at ``learner_step``; the
+                run summary's ``train/logprob_gap_mean`` / ``_max`` are the largest logged
 ``eval``        ``eval/<env>/<model>/<opponent>/<rate>`` at ``learner_step``; in a training
                 run the model is ``policy`` and ``.../checkpoint_step`` says which checkpoint
                 played (the latest saved: 0 for the base model); exact
@@ -76,6 +77,8 @@ class WandbTracker:
             self.run.define_metric(axis, hidden=True)
         for prefix, axis in (("train", "learner_step"), ("eval", "learner_step"), ("collection", "games"), ("ratings", "games")):
             self.run.define_metric(f"{prefix}/*", step_metric=axis)
+        for key in ("train/logprob_gap_mean", "train/logprob_gap_max"):  # the run's worst in its summary, not its last
+            self.run.define_metric(key, step_metric="learner_step", summary="max")
         self.table: Any = None
         if options.transcripts:
             self.table = wandb.Table(columns=TABLE_COLUMNS, log_mode="INCREMENTAL")
