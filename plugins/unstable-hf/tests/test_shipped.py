@@ -1,6 +1,7 @@
 """The tiny models shipped built (``unstable_hf/shipped.py``): pinned, installed instead of built,
 checked by hash each time they are handed out."""
 
+import os
 import tomllib
 from pathlib import Path
 
@@ -100,3 +101,15 @@ def test_building_locally_is_one_switch_away(tmp_path, monkeypatch):
     monkeypatch.setenv(shipped.BUILD_ENV, "local")
     spec = TinySpec.parse(KUHN)
     assert ensure_tiny(spec, tmp_path) == tmp_path / f"tiny-{spec.key()}-local" and built == [spec]
+
+
+def test_init_tiny_writes_the_shipped_build(tmp_path):
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != shipped.BUILD_ENV}
+    proc = subprocess.run([sys.executable, "-c", "from unstable_core.cli import main; main()", "models", "init-tiny",
+                           str(tmp_path / "m"), "--spec", KUHN], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0 and "shipped" in proc.stdout, proc.stderr
+    build = shipped.manifest()[TinySpec.parse(KUHN).key()]
+    assert shipped.mismatched(tmp_path / "m", build.files) == []

@@ -66,7 +66,8 @@ def unstable_register_commands(cli: Any) -> None:
     @click.argument("path", type=click.Path(file_okay=False))
     @click.option("--spec", default="tiny", show_default=True, help="Tiny model spec: tiny[:ENV,ENV][?key=value&...].")
     def init_tiny(path: str, spec: str) -> None:
-        """Build a tiny Qwen3-architecture model with a locally trained tokenizer at PATH.
+        """Build a tiny Qwen3-architecture model with a locally trained tokenizer at PATH (a spec
+        shipped built with unstable-hf, as the examples' are, is copied: the same model everywhere).
 
         \b
         Example: unstable models init-tiny models/tiny --spec 'tiny:TicTacToe-v0-train?sft_steps=300'
@@ -82,6 +83,20 @@ def unstable_register_commands(cli: Any) -> None:
         from pathlib import Path
 
         Path(path).mkdir(parents=True, exist_ok=True)  # a folder that cannot be made fails here, before the build
+        from .shipped import shipped_build
+
+        try:
+            shipped = shipped_build(parsed.key())
+        except ValueError as exc:
+            raise UnstableError(str(exc)) from None
+        if shipped is not None:  # the same model as on every other machine (shipped.py)
+            import shutil
+
+            for name in shipped.files:
+                shutil.copyfile(shipped.source / name, Path(path) / name)
+            click.echo(f"tiny model written to {path} (the build shipped with unstable-hf; UNSTABLE_TINY_BUILD=local "
+                       "builds it on this machine)")
+            return
         out = build_tiny(parsed, path, log=lambda m: click.echo(m, err=True))
         click.echo(f"tiny model written to {out}")
 
