@@ -253,15 +253,14 @@ def test_a_new_anchor_is_scored_at_the_rating_the_rater_starts_it_at(kind):
 
 def test_the_samplers_read_the_runs_rater_options():
     """Built for a run, a sampler starts unrated models with the run's own `[rater]` options."""
-    from unstable_core import load_plugins
-    from unstable_core.config import RunConfig
-    from unstable_core.runtime.building import Builder
-    from unstable_core.runtime.plan import make_plan
+    from unstable_core import BuildContext, ModelSamplerSpec, RunConfig, load_plugins
     from unstable_core.testing import toy_config, toy_plugin
 
     system = load_plugins(entry_points=False, extra=[("toy", toy_plugin), ("trueskill", plugin)], strict=True)
+    spec = system.spec(ModelSamplerSpec, "ts-dist")
     for rater, factor in (({"name": "trueskill", "checkpoint_sigma_factor": 1.5, "mu": 20.0}, 1.5), ({"name": "wins"}, 2.0)):
         cfg = RunConfig.model_validate(toy_config(rater=rater, model_sampler={"name": "ts-dist"}))
-        sampler = Builder(make_plan(cfg, system, "", "<test>"), system).build("model_sampler")
+        # as a run builds it: the factory's context holds the resolved run config
+        sampler = spec.factory(spec.config(), BuildContext(config=cfg.model_dump(mode="json"), plugins=system))
         assert sampler.rater.checkpoint_sigma_factor == factor
         assert sampler.rater.mu == rater.get("mu", 25.0)
