@@ -1,8 +1,10 @@
 """inference `hf` answering one of the texts a request offers (``request.choices``: the legal
 actions' answers under ``collection.answers = "choice"``).
 
-Each text is scored as ``completion_probabilities`` scores it (its tokenization, end-of-text
-included: ``scoring.py``); one is drawn with those probabilities renormalised over the texts, from
+Each text is scored in its tokenization followed by the tokenizer's end-of-text token, the one
+token sequence the backend writes for it and the learner's row for it trains on
+(``completion_probabilities`` scores the same where the model has one end id; where its folder
+declares more, it sums the text's probability over them, ``scoring.py``); one is drawn with those probabilities renormalised over the texts, from
 the request's own seed, so the answer does not depend on the batch (a nucleus, ``top_p``, that
 leaves every choice out gives each probability 0: then they are drawn alike). Every candidate of every
 request in the call is forwarded in one batch. The completion carries the drawn text's token ids

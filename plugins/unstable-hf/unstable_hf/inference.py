@@ -9,7 +9,9 @@ reloading the base model. Each completion carries its prompt and completion toke
 of every completion token under the sampling distribution (temperature applied, top-p truncation
 not) and the policy version. Sampling uses the ``temperature`` and ``top_p`` options and nothing
 else: the sampling fields of a model folder's ``generation_config.json`` (a repetition penalty,
-top-k, its own temperature) are not applied, and named once in the log. Every request samples
+top-k, its own temperature) are not applied, and named once in the log; its end-of-sequence ids
+are: a completion ends at the first of the tokenizer's eos and the folder's ``eos_token_id``s
+(``sampling.end_ids``: Gemma-2-it's ``<end_of_turn>``). Every request samples
 from its own seed, so its completion does not depend on the batch it was served in
 (``sampling.py``). A prompt prefix that
 prompts of a batch share (the template, the rules, the game so far) is prefilled once and
@@ -51,6 +53,7 @@ class HFInference:
         self._mixes: dict[str, bool] = {}  # model name -> whether its adapters share generate calls
         self._prefix_support: dict[int, str | None] = {}  # id(base model) -> why shared prefixes are off
         self._awake_devices: dict[str, Any] = {}  # resolved base path -> its device, while asleep
+        self._folder_ends: dict[str, Any] = {}  # resolved base path -> its generation_config's eos_token_id
 
     # -- models ---------------------------------------------------------------------------------
     def _base(self, ref: ModelRef) -> Any:
@@ -70,8 +73,9 @@ class HFInference:
 
     def _own_generation_config(self, path: str, model: Any, tok: Any) -> None:
         """Replace the model's ``generation_config`` (its folder's) by one with the special token
-        ids only (``sampling.py``); say once which of its sampling fields are not applied."""
-        from .sampling import clean_generation_config, folder_sampling
+        ids only (``sampling.py``); say once which of its sampling fields are not applied. Its end
+        ids are kept with the tokenizer's: completions end at each (``end_ids``)."""
+        from .sampling import clean_generation_config, end_ids, folder_sampling
 
         o = self.options
         found = folder_sampling(getattr(model, "generation_config", None), o.temperature, o.top_p)
@@ -79,7 +83,16 @@ class HFInference:
             fields = ", ".join(f"{k}={v}" for k, v in found.items())
             log.warning("hf inference: %s/generation_config.json sets %s: not applied; sampling uses the run's options "
                         "(inference.temperature = %s, inference.top_p = %s, nothing else)", path, fields, o.temperature, o.top_p)
-        model.generation_config = clean_generation_config(tok.pad_token_id, tok.eos_token_id, tok.bos_token_id)
+        self._folder_ends[path] = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        model.generation_config = clean_generation_config(tok.pad_token_id, end_ids(tok.eos_token_id, self._folder_ends[path]),
+                                                          tok.bos_token_id)
+
+    def _end_ids(self, name: str) -> list[int]:
+        """The ids a completion of base model ``name`` (loaded) ends at: the tokenizer's eos and
+        its folder's (``sampling.end_ids``)."""
+        from .sampling import end_ids
+
+        return end_ids(self.tokenizer.eos_token_id, self._folder_ends[resolve_model_path(name, self.options)])
 
     def _resident(self, model: Any, ref: ModelRef) -> str | None:
         """Load `ref`'s adapter unless resident (most recently used now); None: the base model."""
@@ -163,6 +176,7 @@ class HFInference:
         with self._lock:
             model = self._base(ref)
             tok = self.tokenizer
+            ends = self._end_ids(ref.model)
             names = [self._resident(model, r.model) or BASE for r in requests]
             hooked = self._mixes_adapters(ref.model)  # its adapters served by forward hooks (``mixed_adapters.py``)
             adapter = None if hooked else self._activate(model, ref)
@@ -185,7 +199,7 @@ class HFInference:
                         attention_mask=inputs.attention_mask,
                         **{cache_name(): inputs.cache},
                         logits_processor=LogitsProcessorList([sampler]),  # the only processor: nothing of the folder's
-                        generation_config=generation_config(self.options.max_tokens, tok.pad_token_id, tok.eos_token_id),
+                        generation_config=generation_config(self.options.max_tokens, tok.pad_token_id, ends),
                     )
             new = out.sequences[:, width:].cpu()
             logp = sampler.logprobs().cpu()  # [B, T]: each drawn token's logprob, kept by the sampler as it drew
@@ -197,10 +211,10 @@ class HFInference:
                     tid = int(new[i, t])
                     toks.append(tid)
                     lps.append(float(logp[i, t]))
-                    if tid == tok.eos_token_id:
+                    if tid in ends:  # the first end id ends it (the batch's other rows run on)
                         break
                 self.generated_tokens += len(toks)
-                text = tok.decode([t for t in toks if t != tok.eos_token_id], skip_special_tokens=True)
+                text = tok.decode([t for t in toks if t not in ends], skip_special_tokens=True)
                 results.append(
                     Completion(
                         text=text,
@@ -208,7 +222,7 @@ class HFInference:
                         completion_token_ids=toks,
                         logprobs=lps,
                         policy_version=r.model.version,
-                        truncated=not toks or toks[-1] != tok.eos_token_id,
+                        truncated=not toks or toks[-1] not in ends,
                     )
                 )
             self.batches.append(len(requests))
@@ -223,6 +237,7 @@ class HFInference:
         with self._lock:
             model = self._base(ref)
             tok = self.tokenizer
+            ends = self._end_ids(ref.model)
             prompts = tok([r.prompt for r in requests], add_special_tokens=False)["input_ids"]
             if o.max_prompt_tokens:
                 prompts = [p[-o.max_prompt_tokens :] for p in prompts]
@@ -245,26 +260,28 @@ class HFInference:
             self.prompt_tokens += len(prompt)
             results.append(Completion(text=d.text, prompt_token_ids=prompt, completion_token_ids=d.token_ids,
                                       logprobs=d.logprobs, policy_version=r.model.version,
-                                      truncated=d.token_ids[-1] != tok.eos_token_id, choice_token_ids=d.choice_token_ids,
+                                      truncated=d.token_ids[-1] not in ends, choice_token_ids=d.choice_token_ids,
                                       choice_probabilities=d.choice_probabilities))
         return results
 
     def completion_probabilities(self, request: GenerationRequest, completions: list[str]) -> list[float]:
-        """The exact probability that ``generate(request)`` answers each text (``scoring.py``)."""
-        from .scoring import completion_targets, sequence_probabilities
+        """The exact probability that ``generate(request)`` answers each text (``scoring.py``): the
+        text followed by any of the model's end ids."""
+        from .scoring import ending_targets, sequence_probabilities
 
         o = self.options
         with self._lock:
             model = self._base(request.model)
             tok = self.tokenizer
+            ends = self._end_ids(request.model.model)
             prompt = tok(request.prompt, add_special_tokens=False)["input_ids"]
             if o.max_prompt_tokens:
                 prompt = prompt[-o.max_prompt_tokens :]
-            targets = completion_targets(tok, completions, o.max_tokens)
+            targets = ending_targets(tok, completions, o.max_tokens, ends)
             pad = tok.pad_token_id if tok.pad_token_id is not None else 0
             serving: contextlib.AbstractContextManager[Any]
             if self._mixes_adapters(request.model.model):  # a row per target scored, its adapter by forward hooks
-                serving = mixed(model, [self._resident(model, request.model) or BASE] * sum(1 for t in targets if t))
+                serving = mixed(model, [self._resident(model, request.model) or BASE] * sum(len(ts) for ts in targets))
             else:
                 adapter = self._activate(model, request.model)
                 serving = model.disable_adapter() if adapter is None else contextlib.nullcontext()

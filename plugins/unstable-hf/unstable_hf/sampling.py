@@ -12,6 +12,7 @@ is replaced by one that carries only the special token ids (``clean_generation_c
 repetition penalty, top-k or temperature a real checkpoint's folder ships never becomes a logits
 processor run before this one. What such a folder says is named once in the log as not applied
 (``folder_sampling``).
+Its end-of-sequence ids are kept, with the tokenizer's: generation stops at each (``end_ids``).
 """
 
 from __future__ import annotations
@@ -90,9 +91,25 @@ def folder_sampling(generation_config: Any, temperature: float, top_p: float) ->
     return found
 
 
+def end_ids(tokenizer_eos: Any, folder_eos: Any) -> list[int]:
+    """Every id that ends a completion: the tokenizer's ``eos`` first, then each of ``folder_eos``,
+    the ``eos_token_id`` (one id or a list) of the model's ``generation_config`` (read from its
+    folder's ``generation_config.json``: a Gemma-2-it
+    folder lists ``<eos>`` and ``<end_of_turn>``, the turn end its chat template writes, while its
+    tokenizer's eos is ``<eos>``; Qwen2.5-Instruct lists ``<|im_end|>`` and ``<|endoftext|>``).
+    Taken from the folder on purpose: where a completion ends is what the checkpoint was trained
+    to write, not a sampling option, and stopping at it changes no token's probability."""
+    ids: list[int] = []
+    for value in [tokenizer_eos, *(folder_eos if isinstance(folder_eos, list | tuple) else [folder_eos])]:
+        if value is not None and int(value) not in ids:
+            ids.append(int(value))
+    return ids
+
+
 def clean_generation_config(pad_token_id: Any, eos_token_id: Any, bos_token_id: Any = None) -> Any:
-    """A ``GenerationConfig`` with only the special token ids: a model's ``generation_config``
-    replaced by it has nothing of its folder's left for ``generate`` to merge into a call's."""
+    """A ``GenerationConfig`` with only the special token ids (``eos_token_id``: one id or all of
+    ``end_ids``): a model's ``generation_config`` replaced by it has nothing of its folder's
+    sampling fields left for ``generate`` to merge into a call's."""
     from transformers import GenerationConfig
 
     return GenerationConfig(pad_token_id=pad_token_id, eos_token_id=eos_token_id, bos_token_id=bos_token_id)
@@ -100,7 +117,8 @@ def clean_generation_config(pad_token_id: Any, eos_token_id: Any, bos_token_id: 
 
 def generation_config(max_new_tokens: int, pad_token_id: Any, eos_token_id: Any) -> Any:
     """What every ``generate`` call of the backend is given: greedy over what ``PerRequestSampler``
-    leaves possible, ``max_new_tokens``, the end and padding ids, a dict back."""
+    leaves possible, ``max_new_tokens``, the end ids (``end_ids``: a row stops at the first) and
+    padding id, a dict back."""
     from transformers import GenerationConfig
 
     return GenerationConfig(max_new_tokens=max_new_tokens, do_sample=False, num_beams=1, pad_token_id=pad_token_id,

@@ -1,6 +1,7 @@
 """The exact probability that the ``hf`` backend answers a given completion text: the product,
-over the text's tokens and the end-of-text token, of each token's probability under the sampling
-``generate`` does (temperature, then the top-p nucleus renormalised: ``sampling.py``).
+over the text's tokens and an end-of-text token, of each token's probability under the sampling
+``generate`` does (temperature, then the top-p nucleus renormalised: ``sampling.py``), summed over
+the model's end ids (``sampling.end_ids``: generation stops at each, and the text leaves it out).
 
 A text is scored in the tokenization the tokenizer gives it (the one a warm-started model
 writes); the mass of other tokenizations of the same text is not counted. A text of exactly
@@ -13,23 +14,40 @@ from __future__ import annotations
 from typing import Any
 
 
-def completion_targets(tokenizer: Any, completions: list[str], max_tokens: int) -> list[list[int] | None]:
-    """The token ids each text is generated as (end-of-text included), None when it cannot be."""
+def completion_targets(tokenizer: Any, completions: list[str], max_tokens: int, end: int | None = None) -> list[list[int] | None]:
+    """The token ids each text is generated as, ending with ``end`` (the tokenizer's eos unless
+    given), None when it cannot be."""
+    end = tokenizer.eos_token_id if end is None else end
     targets: list[list[int] | None] = []
     for text in completions:
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-        ids = ids if len(ids) == max_tokens else ids + [tokenizer.eos_token_id]
+        ids = ids if len(ids) == max_tokens else ids + [end]
         targets.append(ids if len(ids) <= max_tokens else None)
     return targets
 
 
-def sequence_probabilities(model: Any, prompt: list[int], targets: list[list[int] | None], pad_id: int,
+def ending_targets(tokenizer: Any, completions: list[str], max_tokens: int, ends: list[int]) -> list[list[list[int]]]:
+    """Every token sequence each text is generated as: its tokens then one of ``ends`` (one
+    sequence only for a text of exactly ``max_tokens`` tokens, none for a longer one)."""
+    each = [completion_targets(tokenizer, completions, max_tokens, end) for end in ends]
+    out: list[list[list[int]]] = []
+    for alternatives in zip(*each, strict=True):
+        distinct: list[list[int]] = []
+        for t in alternatives:
+            if t is not None and t not in distinct:
+                distinct.append(t)
+        out.append(distinct)
+    return out
+
+
+def sequence_probabilities(model: Any, prompt: list[int], targets: list[list[list[int]]], pad_id: int,
                            temperature: float, top_p: float) -> list[float]:
-    """Probability of each target continuing ``prompt`` under the sampling distribution."""
+    """Probability of each text continuing ``prompt`` under the sampling distribution: the sum
+    over the token sequences it is generated as (``ending_targets``)."""
     import math
 
-    scored = iter(target_logprobs(model, [(prompt, t) for t in targets if t], pad_id, temperature, top_p))
-    return [math.exp(next(scored)[1]) if t else 0.0 for t in targets]
+    scored = iter(target_logprobs(model, [(prompt, t) for ts in targets for t in ts], pad_id, temperature, top_p))
+    return [sum(math.exp(next(scored)[1]) for _ in ts) for ts in targets]
 
 
 def target_logprobs(model: Any, pairs: list[tuple[list[int], list[int]]], pad_id: int, temperature: float,
