@@ -241,7 +241,21 @@ def factory_problems(plan: RunPlan, system: PluginSystem) -> list[str]:
     for key, recipe in plan.recipes.items():
         if recipe.kind in CHEAP_KINDS:
             try:
-                builder.build(key)
+                built = builder.build(key)
             except UnstableError as exc:
                 problems.append(f"{plan.source}: {key}: {exc}")
+                continue
+            if key == "buffer" and plan.trains:
+                problems += capacity_problems(plan, built)
     return problems
+
+
+def capacity_problems(plan: RunPlan, buffer: Any) -> list[str]:
+    """A training run draws ``training.batch_size`` steps from the buffer: one that holds fewer
+    (its ``capacity``) could never give a batch, and the run would refuse it after its models
+    loaded."""
+    capacity, batch_size = getattr(buffer, "capacity", None), plan.config.training.batch_size
+    if not isinstance(capacity, int) or capacity >= batch_size:
+        return []
+    return [f"{plan.source}: buffer.capacity = {capacity} is smaller than training.batch_size = {batch_size}: a batch "
+            "could never be drawn; raise buffer.capacity or lower training.batch_size"]

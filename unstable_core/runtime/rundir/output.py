@@ -66,6 +66,10 @@ def prepare_run_dir(path: str | os.PathLike[str], resume: bool = False) -> Path:
             for name in ("config.json", "metrics.jsonl", "plugins.json"):
                 (run_dir / name).unlink(missing_ok=True)
         run_dir.mkdir(parents=True, exist_ok=True)
+        for name in ("state", "checkpoints"):  # written at the first snapshot: refused now, not then
+            if (run_dir / name).exists() and not (run_dir / name).is_dir():
+                raise UnstableError(f"run directory {run_dir}: {run_dir / name} is a file where the run keeps its "
+                                    f"{'snapshots' if name == 'state' else name}: move it away or choose another --run-dir")
         if (run_dir / "games").is_symlink():  # its transcripts would be written wherever it points
             raise UnstableError(f"run directory {run_dir}: games is a symbolic link; the run's files are written in its directory only")
         (run_dir / "games").mkdir(exist_ok=True)
