@@ -80,6 +80,11 @@ class GameRunner:
             backends = [self.backends(ref.backend) for ref in seats]
             timeout = self.request_timeout_s
             bounded = [timeout is not None and not self.answers_at_once(ref.backend) for ref in seats]
+            for b, ref in zip(backends, seats, strict=True):
+                if b.tokenizer is None and callable(getattr(b, "prepare", None)):
+                    # a backend that loads its model (and tokenizer) at its first request loads it now:
+                    # the game's first prompt is rendered with its chat template as every later one
+                    await asyncio.to_thread(b.prepare, ref)
             tokenizers = [b.tokenizer for b in backends]
             choosing = [self.offers_choices(ref.backend) for ref in seats]
             env_id, seed = spec.env.env_id, spec.seed

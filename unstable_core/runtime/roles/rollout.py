@@ -207,6 +207,8 @@ class Rollout:
             key = (model.uid, model.version, env.template, observation, tuple(labels))
             found = self._scored.get(key)
             if found is None:
+                if backend.tokenizer is None and callable(getattr(backend, "prepare", None)):
+                    backend.prepare(model)  # its tokenizer loaded: the prompt rendered as the games render it
                 prompt = template.render(observation, tokenizer=backend.tokenizer)
                 request = GenerationRequest(model=model, prompt=prompt, observation=observation, env_id=env.env_id)
                 found = self._scored[key] = list(backend.completion_probabilities(request, [boxed_answer(label) for label in labels]))
