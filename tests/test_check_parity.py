@@ -55,3 +55,32 @@ def test_a_run_directory_whose_state_is_a_file_is_refused_before_the_run(make_pl
     assert sorted(p.name for p in run_dir.iterdir()) == [name]  # nothing written
     (run_dir / name).unlink()
     assert unstable_core.run(cfg, run_dir=run_dir, plugins=system).status == "completed"
+
+
+TOURNAMENT = 'name = "t"\ntrain_envs = ["TicTacToe-v0-train"]\nopponents = ["random-valid", "greedy"]\n[model_sampler]\nname = "fixed"\n'
+
+
+@pytest.mark.parametrize("section,env,message", [
+    ("train_envs", '{ env_id = "ConnectFour-v0-train", kwargs = { num_rows = 0 } }',
+     "train_envs.0: env 'ConnectFour-v0-train' with kwargs {'num_rows': 0} fails on its first move: IndexError"),
+    ("eval_envs", '{ env_id = "SimpleNegotiation-v0-train", kwargs = { max_turns = "x" } }',
+     "eval_envs.0: env 'SimpleNegotiation-v0-train' with kwargs {'max_turns': 'x'} fails on its first move: TypeError"),
+])
+def test_env_kwargs_that_break_the_first_move_are_refused_by_config_check(cli, tmp_path, section, env, message):
+    """Such kwargs pass make and reset, and every game of the run failed on its first move; the
+    check now makes each env as a run does and plays one move."""
+    config = tmp_path / "t.toml"
+    config.write_text(f"{section} = [{env}]\n" + TOURNAMENT.replace('train_envs = ["TicTacToe-v0-train"]\n', "" if
+                                                                      section == "train_envs" else 'train_envs = ["TicTacToe-v0-train"]\n'))
+    proc = cli("config", "check", str(config))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], lines
+
+
+def test_env_kwargs_that_play_are_accepted(cli, tmp_path):
+    config = tmp_path / "t.toml"
+    config.write_text(TOURNAMENT.replace('train_envs = ["TicTacToe-v0-train"]',
+                                         'train_envs = [{ env_id = "ConnectFour-v0-train", kwargs = { num_rows = 4 } }]'))
+    proc = cli("config", "check", str(config))
+    assert proc.returncode == 0, proc.stderr

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import difflib
+import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from .. import hookimpl
 from ..components import EnvProviderSpec
+from ..errors import describe_error
 from ..types import EnvSpec
 from . import global_random
 
@@ -123,9 +125,9 @@ class TextArenaProvider:
 
 
 def check_env(env: EnvSpec, options: TextArenaOptions) -> None:
-    """Make and reset the environment once: a misspelt id, a player count the game does not
-    take or a bad keyword argument is found before a run, not as thousands of failed games."""
-    import textarena as ta
+    """Make the environment as a run does, reset it and play one move (the last bracketed action
+    its first observation shows): a misspelt id, a player count the game does not take or a
+    keyword argument that breaks it is found before a run, not as thousands of failed games."""
     from textarena.envs.registration import ENV_REGISTRY
 
     if env.env_id not in ENV_REGISTRY:
@@ -133,13 +135,22 @@ def check_env(env: EnvSpec, options: TextArenaOptions) -> None:
         hint = f" Did you mean {close[0]!r}?" if close else ""
         raise ValueError(f"unknown TextArena env {env.env_id!r}.{hint} Known to work offline here: {', '.join(KNOWN_ENV_IDS)}")
     try:
-        game = ta.make(env.env_id, **env.kwargs)
+        game = TextArenaProvider(options).make(env)
     except TypeError as exc:
         raise ValueError(f"env {env.env_id!r} does not take kwargs {env.kwargs}: {exc}") from None
+    with_kwargs = f" with kwargs {env.kwargs}" if env.kwargs else ""
     try:
-        game.reset(num_players=env.num_players, seed=0)
-    except Exception as exc:
-        raise ValueError(f"env {env.env_id!r} cannot be played with num_players = {env.num_players}: {exc}") from None
+        try:
+            game.reset(num_players=env.num_players, seed=0)
+        except Exception as exc:
+            raise ValueError(f"env {env.env_id!r}{with_kwargs} cannot be played with num_players = {env.num_players}: "
+                             f"{describe_error(exc)}") from None
+        try:
+            _, text = game.observe()
+            moves = re.findall(r"\[[^\[\]\n]{1,40}\]", text)
+            game.step(moves[-1] if moves else "")
+        except Exception as exc:
+            raise ValueError(f"env {env.env_id!r}{with_kwargs} fails on its first move: {describe_error(exc)}") from None
     finally:
         try:
             game.close()

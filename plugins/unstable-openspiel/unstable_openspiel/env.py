@@ -142,3 +142,13 @@ def check_env(env: EnvSpec, options: OpenSpielOptions) -> None:
     games.load(env.env_id, env.kwargs)
     if env.num_players != 2:
         raise ValueError(f"OpenSpiel game {games.game_name(env.env_id)!r} is played by 2 players, not num_players = {env.num_players}")
+    game = OpenSpielProvider(options).make(env)  # made, reset and one move played as a run does
+    try:
+        game.reset(env.num_players, seed=0)
+        game.observe()
+        game.step(next(iter(game.labels), ""))
+        game.close()
+    except Exception as exc:
+        with_kwargs = f" with parameters {env.kwargs}" if env.kwargs else ""
+        raise ValueError(f"OpenSpiel game {games.game_name(env.env_id)!r}{with_kwargs} fails on its first move: "
+                         f"{type(exc).__name__}: {exc}") from None
