@@ -84,3 +84,26 @@ def test_env_kwargs_that_play_are_accepted(cli, tmp_path):
                                          'train_envs = [{ env_id = "ConnectFour-v0-train", kwargs = { num_rows = 4 } }]'))
     proc = cli("config", "check", str(config))
     assert proc.returncode == 0, proc.stderr
+
+
+def test_config_check_checks_the_config_once(monkeypatch, capsys):
+    """``config check`` builds its plan once: ``check_run`` (every component's, env's and
+    model's own checks) and the option lookups behind it run one time each."""
+    import unstable_core.config_check as config_check
+    import unstable_core.runtime.plan as plan
+    from unstable_core.cli import main
+
+    calls = {"check_run": 0, "resolve_components": 0}
+
+    def counted(name, function):
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return function(*args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(plan, "check_run", counted("check_run", config_check.check_run))
+    monkeypatch.setattr(config_check, "check_run", counted("check_run", config_check.check_run))
+    monkeypatch.setattr(config_check, "resolve_components", counted("resolve_components", config_check.resolve_components))
+    main(["config", "check", KUHN])
+    assert "ok (17 components" in capsys.readouterr().out
+    assert calls == {"check_run": 1, "resolve_components": 1}
