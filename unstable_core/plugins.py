@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import pluggy
+from pydantic import BaseModel
 
 from . import hookspecs
 from .components import KINDS, ComponentSpec
@@ -178,6 +179,9 @@ class PluginSystem:
                 try:
                     specs = self._check_result(result, entry.spec, hook_name)
                     for spec in specs:
+                        options_problem = json_options_problem(spec)
+                        if options_problem:
+                            raise PluginError(options_problem)
                         key = (kind, spec.name)
                         if key in self.catalog:
                             other = self.catalog[key][1]
@@ -267,6 +271,29 @@ def call_each(pm: pluggy.PluginManager, hook_name: str, describe: Any, kwargs: d
         if value is not None:
             results.append((impl.plugin_name, value))
     return results
+
+
+def json_options_problem(spec: ComponentSpec) -> str | None:
+    """Options travel as JSON (a run's plan, its config.json, ``config schema``): a field of the
+    spec's options models (``config``, an inference backend's ``model_options``) whose type has
+    no JSON schema or whose default cannot be written as JSON (a callable, an object) is named
+    here, so that the plugin is refused when it loads rather than the run when it starts."""
+    from pydantic import TypeAdapter
+    from pydantic_core import PydanticUndefined
+
+    models = [spec.config, getattr(spec, "model_options", None)]
+    for model in [m for m in models if isinstance(m, type) and issubclass(m, BaseModel)]:
+        for name, info in model.model_fields.items():
+            try:
+                adapter: TypeAdapter[Any] = TypeAdapter(info.annotation)
+                adapter.json_schema()
+                if info.default is not PydanticUndefined:
+                    adapter.dump_python(info.default, mode="json")
+            except Exception as exc:
+                reason = describe_error(exc, limit=120)
+                return (f"{spec.kind} {spec.name!r}: option {name!r} ({model.__name__}.{name}) cannot be written as JSON "
+                        f"({reason}): an option must be a JSON value (number, string, boolean, list, table)")
+    return None
 
 
 _CACHED: PluginSystem | None = None
