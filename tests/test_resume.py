@@ -433,3 +433,198 @@ def test_resume_refuses_fewer_steps_than_the_run_made(finished):
 def test_the_cli_refuses_repair_without_resume(cli):
     proc = cli("run", "examples/tournament.toml", "--repair")
     assert proc.returncode == 2 and proc.stderr.strip() == "error: --repair goes with --resume RUN_DIR"
+
+
+def _components(run_dir, value):
+    path = run_dir / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "components": value}))
+
+
+def _latest(run_dir, value):
+    (run_dir / "state" / "latest").write_text(json.dumps(value))
+
+
+# (damage, what the refusal names, whether --repair goes on)
+RUN_DIR_DAMAGE = {
+    "latest names step -1": (lambda d: _latest(d, {"step": -1, "path": "step-6"}), "state/latest is unreadable", True),
+    "latest names step x": (lambda d: _latest(d, {"step": "x", "path": "step-6"}), "state/latest is unreadable", True),
+    "latest names another folder": (lambda d: _latest(d, {"step": 4, "path": "step-6"}), "state/latest is unreadable", True),
+    "latest removed": (lambda d: (d / "state" / "latest").unlink(), "state/latest is missing", True),
+    "snapshot folder holds another step": (
+        lambda d: (d / "state" / "step-6" / "state.json").write_text(
+            (d / "state" / "step-4" / "state.json").read_text()), "state/step-6/state.json is unreadable", True),
+    "checkpoints removed": (lambda d: __import__("shutil").rmtree(d / "checkpoints"), "checkpoints/ckpt-2 is missing", False),
+    "a checkpoint's table garbage": (lambda d: (d / "checkpoints" / "ckpt-6" / "table.json").write_text("garbage"),
+                                     "checkpoints/ckpt-6/table.json: its size or SHA-256 differs", False),
+    "an old checkpoint's table edited": (
+        lambda d: (d / "checkpoints" / "ckpt-2" / "table.json").write_text(
+            (d / "checkpoints" / "ckpt-4" / "table.json").read_text()), "checkpoints/ckpt-2/table.json: its size or SHA-256", False),
+    "registry.json garbage": (lambda d: (d / "registry.json").write_text("garbage"), "registry.json is unreadable", True),
+    "registry.json removed": (lambda d: (d / "registry.json").unlink(), "registry.json is missing", True),
+    "components garbage": (lambda d: _components(d, "garbage"), "config.json: its components are malformed", True),
+    "a component's name garbage": (lambda d: _components(d, {"learner": {"name": 5}}), "config.json: its components are malformed", True),
+    "a component changed": (
+        lambda d: _components(d, {**json.loads((d / "config.json").read_text())["components"],
+                                  "learner": {"name": "tabular-reinforce", "lr": 0.25}}),
+        "config.json: components.learner is", True),
+}
+
+
+@pytest.mark.parametrize("damage", list(RUN_DIR_DAMAGE))
+def test_resume_refuses_every_damaged_file_it_reads_naming_it(finished, damage):
+    make, named, _ = RUN_DIR_DAMAGE[damage]
+    make(finished)
+    before = (finished / "metrics.jsonl").read_bytes()
+    assert named in resume_error(finished, ["training.learning_steps=8"])
+    assert (finished / "metrics.jsonl").read_bytes() == before  # refused before anything was written
+
+
+@pytest.mark.parametrize("damage", [d for d, (_, _, repairable) in RUN_DIR_DAMAGE.items() if repairable])
+def test_repair_goes_on_with_what_it_can_repair_and_says_so(finished, damage):
+    make, named, _ = RUN_DIR_DAMAGE[damage]
+    make(finished)
+    plugins = unstable_core.load_plugins(extra=[("toy", toy_plugin)])
+    result = unstable_core.run(None, run_dir=finished, resume=True, repair=True, overrides=["training.learning_steps=8"],
+                               plugins=plugins)
+    assert result.status == "completed" and result.learner_steps == 8
+    records = [json.loads(line) for line in (finished / "metrics.jsonl").read_text().splitlines()]
+    resume = [r for r in records if r["type"] == "resume"]
+    assert len(resume) == 1 and any(named.split(":")[0].split(" is")[0] in line for line in resume[0]["repaired"])
+    assert [r["step"] for r in records if r["type"] == "train"] == list(range(1, 9))  # each step once
+    # repaired for good: the next resume needs no repair
+    again = unstable_core.run(None, run_dir=finished, resume=True, overrides=["training.learning_steps=10"], plugins=plugins)
+    assert again.learner_steps == 10
+
+
+def test_repair_cannot_bring_back_a_checkpoint(finished):
+    (finished / "checkpoints" / "ckpt-6" / "table.json").write_text("garbage")
+    from unstable_core import UnstableError
+
+    with pytest.raises(UnstableError, match="ckpt-6/table.json: its size or SHA-256 differs"):
+        unstable_core.run(None, run_dir=finished, resume=True, repair=True, overrides=["training.learning_steps=8"],
+                          plugins=unstable_core.load_plugins(extra=[("toy", toy_plugin)]))
+
+
+def test_cli_refuses_a_damaged_run_directory_with_exit_status_2(cli, tmp_path):
+    run_dir = tmp_path / "t"
+    done = cli("run", "examples/tournament.toml", "--run-dir", str(run_dir), "--set", "collection.tournament_games=4")
+    assert done.returncode == 0, done.stderr
+    _components(run_dir, "garbage")
+    proc = cli("run", "--resume", str(run_dir))
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert lines[-1].startswith("error: ") and "config.json: its components are malformed" in lines[-1]
+
+
+def before_first_snapshot(steps: int = 200):
+    """A sync toy run whose first snapshot comes at step 100."""
+    cfg = sync_config(steps)
+    cfg["training"] = {**cfg["training"], "save_every": 100}
+    return cfg
+
+
+def test_resume_of_a_run_stopped_before_its_first_snapshot_starts_it_over(tmp_path):
+    run_dir = tmp_path / "r"
+    proc = start(run_dir, before_first_snapshot(), resume=False)
+    try:
+        assert kill_after(proc, 3, kinds="u")
+        proc.communicate()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert not (run_dir / "state").exists() and '"type":"train"' in (run_dir / "metrics.jsonl").read_text()
+    plugins = unstable_core.load_plugins(extra=[("toy", toy_plugin)])
+    result = unstable_core.run(None, run_dir=run_dir, resume=True, overrides=["training.learning_steps=6"], plugins=plugins)
+    assert result.status == "completed" and result.learner_steps == 6
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r["type"] == "train"] == list(range(1, 7))  # each step once
+    starts = [r for r in records if r["type"] == "start"]
+    assert len(starts) == 1 and starts[0]["started_over"] is True and not starts[0]["resumed"]
+    reference = tmp_path / "reference"
+    unstable_core.run(before_first_snapshot(6), run_dir=reference, plugins=plugins)
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["ckpt-6"]
+    assert outputs(run_dir, 6) == outputs(reference, 6)  # records, transcripts, table: as a run never stopped
+
+
+def test_a_run_past_its_first_snapshot_whose_state_was_removed_is_not_started_over(finished):
+    import shutil
+
+    shutil.rmtree(finished / "state")
+    assert "holds no snapshot" in resume_error(finished, ["training.learning_steps=8"])
+    assert (finished / "checkpoints" / "ckpt-6").is_dir()  # nothing removed
+
+
+CLI_CHILD = (
+    "import json, os, unstable_core, unstable_core.api as api, unstable_core.cli as cli\n"
+    "from unstable_core.testing import toy_plugin\n"
+    "from unstable_core.testing.child import Progress\n"
+    "cli.plugin_system = lambda: unstable_core.load_plugins(extra=[('toy', toy_plugin), ('progress', Progress())])\n"
+    "build = api.build\n"
+    "api.build = lambda config, **kw: build(json.loads(os.environ['TOY_CONFIG']) if config == 'toy' else config, **kw)\n"
+    "cli.main()\n"
+)
+
+
+@pytest.mark.parametrize("snapshot", [False, True])
+def test_ctrl_c_names_the_resume_command_and_its_snapshot_and_the_resumed_run_says_its_step(tmp_path, snapshot):
+    import os
+    import subprocess
+    import sys
+
+    run_dir = tmp_path / "r"
+    cfg = sync_config(100000)
+    cfg["training"] = {**cfg["training"], "save_every": 2 if snapshot else 50000, "eval_every": 0}
+    cfg["trackers"] = [{"name": "jsonl"}, {"name": "console"}]  # plain lines off a terminal
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOY_CONFIG": json.dumps(cfg)}
+
+    def unstable(*args):  # SIGINT back at its default in the child: a shell in the background starts children ignoring it
+        return subprocess.Popen([sys.executable, "-c", CLI_CHILD, *args], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+    proc = unstable("run", "toy", "--run-dir", str(run_dir))
+    try:
+        seen = 0
+        while seen < 5:  # five updates: past two snapshots when they come every 2
+            line = proc.stdout.readline()
+            assert line, proc.stderr.read().decode()[-2000:]
+            seen += line.strip() == b"u"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err.decode()[-2000:]
+    step = read_latest(run_dir)[0] if snapshot else None
+    assert (step is not None and step >= 4) or not snapshot
+    where = f"from the snapshot of step {step}" if snapshot else "no snapshot yet: it starts over from its config.json"
+    hint = f"go on with: unstable run --resume {run_dir}  ({where})"
+    assert hint in err.decode().splitlines()
+    proc = unstable("run", "--resume", str(run_dir), "--set", f"training.learning_steps={(step or 0) + 2}")
+    try:
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err.decode()[-2000:]
+    said = "resumed from step " + str(step) if snapshot else "started over from its config.json"
+    assert any(said in line for line in err.decode().splitlines()), err.decode()[-2000:]
+
+
+def test_a_first_snapshot_killed_before_latest_named_it_is_started_over(tmp_path):
+    """Killed between the rename of its first snapshot and the write of ``state/latest``."""
+    run_dir = tmp_path / "r"
+    cfg = sync_config(20)
+    cfg["training"] = {**cfg["training"], "save_every": 5}
+    proc = start(run_dir, cfg, resume=False, env={KILL_IN_SNAPSHOT_ENV: "5"})
+    try:
+        proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == -signal.SIGKILL
+    (run_dir / "state" / ".tmp-step-5").rename(run_dir / "state" / "step-5")  # what the rename would have left
+    result = unstable_core.run(None, run_dir=run_dir, resume=True, overrides=["training.learning_steps=6"],
+                               plugins=unstable_core.load_plugins(extra=[("toy", toy_plugin)]))
+    assert result.status == "completed" and result.learner_steps == 6
+    starts = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if '"type":"start"' in line]
+    assert len(starts) == 1 and starts[0]["started_over"]

@@ -70,9 +70,22 @@ def run(config: str | None, overrides: tuple[str, ...], run_dir: str | None, res
         result = job.start()
     except RunInterrupted as exc:
         click.echo(f"{exc}; everything so far is in {job.run_dir}", err=True)
+        if job.plan.trains:
+            click.echo(_resume_hint(job.run_dir), err=True)
         sys.exit(exc.exit_code)
     _print_results(result.eval_records)
     click.echo(f"{result.status}: {result.games_played} games, {result.learner_steps} learner steps -> {job.run_dir}", err=True)
+
+
+def _resume_hint(run_dir: str) -> str:
+    """The command that goes on with an interrupted training run, and from which snapshot."""
+    import shlex
+
+    from .runtime.rundir.store import latest_step
+
+    step = latest_step(run_dir)
+    where = f"from the snapshot of step {step}" if step is not None else "no snapshot yet: it starts over from its config.json"
+    return f"go on with: unstable run --resume {shlex.quote(str(run_dir))}  ({where})"
 
 
 def _print_results(records: list[Any]) -> None:

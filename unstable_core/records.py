@@ -208,6 +208,8 @@ class StartRecord(Record):
     total: int = Field(description="Learner steps to make, or tournament games to play.")
     run_dir: str
     resumed: bool = False
+    started_over: bool = Field(False, description="`--resume` on a run stopped before its first snapshot: started "
+                               "over from its config.json (nothing it learned could be kept).")
     config: dict[str, Any] = Field(default_factory=dict, description="The resolved run config.")
     plugins: list[dict[str, Any]] = Field(default_factory=list, description="Plugin records: name, version, components.")
 

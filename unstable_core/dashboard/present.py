@@ -18,6 +18,15 @@ from .view import render, restart_line
 TICK_S = 1.0
 
 
+def start_line(name: str, record: Mapping[str, Any]) -> str:
+    """How a run began: started, resumed from step N, or started over (--resume without a snapshot)."""
+    if record.get("started_over"):
+        return f"[{name}] started over from its config.json (stopped before its first snapshot: nothing to go on from)"
+    if record.get("resumed"):
+        return f"[{name}] resumed from step {record.get('step', 0)}"
+    return f"[{name}] started"
+
+
 class Presenter:
     def __init__(self, *, live: bool | None = None, refresh_s: float = 0.5, every_s: float = 10.0,
                  file: TextIO | None = None) -> None:
@@ -59,6 +68,8 @@ class Presenter:
         with self.drawing:  # never folded while the clock's thread draws the state
             self.state.add(record)
         if self.live is not None:
+            if record.get("type") == "start" and (record.get("resumed") or record.get("started_over")):
+                self.live.console.print(start_line(self.state.name, record))  # above the live view, kept
             self.state.clock = (time.monotonic(), self.state.time)
             self.refresh()
             return
@@ -66,8 +77,7 @@ class Presenter:
         if kind == "eval":
             self.write(eval_line(record))
         elif kind == "start":
-            resumed = " (resumed)" if record.get("resumed") else ""
-            self.write(f"[{self.state.name}] started{resumed}: {self.state.total} {self.state.unit}s in {record.get('run_dir')}")
+            self.write(f"{start_line(self.state.name, record)}: {self.state.total} {self.state.unit}s in {record.get('run_dir')}")
         elif kind == "resume" and record.get("repaired"):
             for line in record["repaired"]:
                 self.write(f"[{self.state.name}] resumed with a repair: {line}")

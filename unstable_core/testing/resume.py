@@ -60,12 +60,13 @@ def kill_after(proc: subprocess.Popen, events: int, stall_s: float = 120, kinds:
 def run_with_kills(run_dir: str | Path, config: dict[str, Any], rng: Any, kills: int, most_events: int = 400,
                    plugins: Sequence[str] = (), timeout_s: float = 300) -> int:
     """Start the run and SIGKILL it after a random number (1..``most_events``) of finished games
-    or updates, ``kills`` times, each time resuming from the latest snapshot (or starting over when
-    there is none yet); then let it finish. Returns how many kills landed before the run ended."""
+    or updates, ``kills`` times, each time resuming from the latest snapshot (``--resume`` starts a
+    run killed before its first snapshot over; one killed before it wrote its ``config.json`` is
+    removed and started again); then let it finish. Returns how many kills landed before the run ended."""
     run_dir = Path(run_dir)
     landed = 0
     for attempt in range(kills + 1):
-        resume = (run_dir / "state" / "latest").exists()
+        resume = (run_dir / "config.json").exists()
         if not resume:
             shutil.rmtree(run_dir, ignore_errors=True)
         proc = start_run(run_dir, config, resume=resume, plugins=plugins)
@@ -125,12 +126,13 @@ VARYING_FIELDS = frozenset({"time", "games_per_s", "duration_s", "update_s", "ru
 
 def comparable_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     """A run's ``metrics.jsonl`` as two runs of the same config must agree on it: without the
-    ``VARYING_FIELDS`` and without what a resume adds (its ``resume`` record and the ``start``
-    record of each resumed leg). A killed and resumed sync run equals the uninterrupted one."""
+    ``VARYING_FIELDS`` and without what a resume adds (its ``resume`` record, the ``start``
+    record of each resumed leg, ``started_over`` in a start record). A killed and resumed sync run
+    equals the uninterrupted one."""
     out = []
     for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines():
         record = json.loads(line)
         if record["type"] == "resume" or (record["type"] == "start" and record.get("resumed")):
             continue
-        out.append({k: v for k, v in record.items() if k not in VARYING_FIELDS})
+        out.append({k: v for k, v in record.items() if k not in VARYING_FIELDS and k != "started_over"})
     return out

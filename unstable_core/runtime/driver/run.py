@@ -27,7 +27,7 @@ from ..building import Builder
 from ..plan import RunPlan
 from ..roles.start import start_roles
 from ..rundir.output import RunOutput, prepare_run_dir
-from ..rundir.store import read_latest
+from ..rundir.resume import ResumeCheck, check_resume
 from .driver import Driver
 from .state import RunContext
 
@@ -48,12 +48,14 @@ class RunSteps:
     async def execute(self) -> RunResult:
         plan, plugins = self.plan, self.plugins
         prepare_run_dir(plan.run_dir, resume=self.resume)
-        snapshot = read_latest(plan.run_dir) if self.resume else None  # before anything is written
+        checked = check_resume(plan, self.repair) if self.resume else ResumeCheck()  # before anything is written
+        snapshot = checked.snapshot
         if snapshot is not None and plan.trains and snapshot[0] > plan.config.training.learning_steps:
             raise ConfigError(f"training.learning_steps = {plan.config.training.learning_steps} is fewer than the "
                               f"{snapshot[0]} updates {plan.run_dir} has made: a resumed run can only go on")
         output = RunOutput(plan, plugins)
         output.repair = self.repair
+        output.repaired += checked.repaired
         status: RunStatus = "completed"
         error: str | None = None
         # executors report restarts here: this task's context, so the tasks and threads the run starts
@@ -68,7 +70,7 @@ class RunSteps:
             c = plan.config
             start = StartRecord(name=c.name, mode="train" if plan.trains else "tournament", run_dir=plan.run_dir,
                                 total=c.training.learning_steps if plan.trains else c.collection.tournament_games,
-                                resumed=snapshot is not None, config=c.model_dump(mode="json"), plugins=records)
+                                resumed=snapshot is not None, started_over=checked.started_over, config=c.model_dump(mode="json"), plugins=records)
             if snapshot is None:  # a resumed run's log is cut back to its snapshot first
                 output.log(start)
             self.roles = roles = await start_roles(executor, plan, builder.label("executor"))

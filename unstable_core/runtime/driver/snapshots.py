@@ -11,13 +11,14 @@ restored policy to every rollout replica (each confirms the version it serves) a
 from __future__ import annotations
 
 import asyncio
+import os
 from collections import Counter
 from typing import Any
 
 from ...errors import UnstableError, describe_error
 from ...records import EvalRecord, ResumeRecord
 from ...types import Checkpoint
-from ..rundir.store import write_snapshot
+from ..rundir.store import checkpoint_files, write_snapshot
 from .collector import Collector
 from .evaluator import Evaluator
 from .state import RunContext
@@ -28,6 +29,8 @@ class Snapshots:
         self.run = run
         self.collector = collector
         self.evaluator = evaluator
+        #: {checkpoint uid: {file: [size, SHA-256]}}: hashed once, when a snapshot first names it
+        self.checkpoint_files: dict[str, dict[str, list[Any]]] = {}
 
     async def take(self) -> None:
         run = self.run
@@ -36,6 +39,11 @@ class Snapshots:
             return
         async with self.collector.ingest_lock:  # no game is half taken in while the roles are read
             full = await self.gather()
+        for ckpt in run.state.checkpoints:
+            if ckpt.uid not in self.checkpoint_files and ckpt.path and os.path.exists(ckpt.path):  # a local checkpoint
+                self.checkpoint_files[ckpt.uid] = await asyncio.to_thread(checkpoint_files, ckpt.path)
+        full["driver"]["checkpoint_files"] = {c.uid: self.checkpoint_files[c.uid] for c in run.state.checkpoints
+                                              if c.uid in self.checkpoint_files}
         await asyncio.to_thread(write_snapshot, run.run_dir, run.state.step, full, keep)
 
     async def gather(self) -> dict[str, Any]:
@@ -79,6 +87,7 @@ class Snapshots:
         # snapshots written before the list held only the latest checkpoint
         saved_checkpoints = saved["checkpoints"] if "checkpoints" in saved else [c for c in [saved["checkpoint"]] if c is not None]
         state.checkpoints = [Checkpoint.model_validate(c) for c in saved_checkpoints]
+        self.checkpoint_files = dict(saved.get("checkpoint_files", {}))  # checked before the roles were built
         state.stats.load_state_dict(saved["stats"])
         # a snapshot written before ratings records held only changed pairs: the next one holds them all
         state.reported_pairs = {(a, b): games for a, b, games in saved.get("reported_pairs", [])}

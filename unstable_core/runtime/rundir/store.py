@@ -9,6 +9,7 @@ Torch tensors in the state go to ``tensors.safetensors``, everything else to ``s
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -96,18 +97,68 @@ def _steps(root: Path) -> list[int]:
 
 def read_latest(run_dir: str | Path) -> tuple[int, dict[str, Any]]:
     """(step, state) of the snapshot ``state/latest`` names; one line naming the file when there
-    is none or it cannot be read (malformed JSON or types, cut tensors)."""
+    is none or it cannot be read (malformed JSON or types, cut tensors, a step other than the
+    folder's)."""
+    step, state, _ = read_snapshot(run_dir)
+    return step, state
+
+
+def snapshot_steps(run_dir: str | Path) -> list[int]:
+    """The steps of the snapshot folders ``state/step-N`` (oldest first), whatever ``latest`` says."""
     root = Path(run_dir) / "state"
+    return sorted(_steps(root)) if root.is_dir() else []
+
+
+def read_snapshot(run_dir: str | Path, repair: bool = False) -> tuple[int, dict[str, Any], list[str]]:
+    """(step, state, repaired) of the snapshot ``state/latest`` names. With ``repair``, a
+    ``latest`` that is missing, unreadable or names a snapshot that cannot be read gives way to
+    the newest snapshot folder that can, and ``repaired`` says so; without, one line naming the
+    file."""
+    root = Path(run_dir) / "state"
+    try:
+        step, state = _read_named(run_dir, root)
+        return step, state, []
+    except UnstableError as exc:
+        steps = snapshot_steps(run_dir)
+        if not repair or not steps:
+            if steps and not (root / "latest").exists():
+                raise UnstableError(f"run directory {run_dir}: state/latest is missing, but state/ holds snapshots "
+                                    f"({', '.join(f'step-{s}' for s in steps)}); go on from the newest that reads (--repair)") from None
+            raise
+        problem = str(exc).removeprefix(f"run directory {run_dir}: ")
+    for step in reversed(steps):
+        try:
+            found, state = _read_folder(run_dir, root / f"step-{step}", step)
+        except UnstableError:
+            continue
+        return found, state, [f"{problem}: went on from state/step-{step}, the newest snapshot that reads"]
+    raise UnstableError(f"run directory {run_dir}: {problem}; no snapshot in state/ reads (--repair cannot go on)")
+
+
+def _read_named(run_dir: str | Path, root: Path) -> tuple[int, dict[str, Any]]:
     where = root / "latest"
     try:
         latest = json.loads(where.read_text())
         if not isinstance(latest, dict) or not isinstance(latest.get("path"), str) or not STEP_DIR.fullmatch(latest["path"]):
-            raise ValueError(f"expected {{\"path\": \"step-N\"}}, found {str(latest)[:80]}")
-        folder = root / latest["path"]
-        where = folder / "state.json"
+            raise ValueError(f"expected {{\"step\": N, \"path\": \"step-N\"}}, found {str(latest)[:80]}")
+        step = latest.get("step")
+        if type(step) is not int or step < 0 or latest["path"] != f"step-{step}":
+            raise ValueError(f"it names step {repr(step)[:20]} and folder {latest['path']!r}: expected a step N >= 0 and step-N")
+    except FileNotFoundError:
+        raise UnstableError(f"run directory {run_dir} holds no snapshot to resume from (no state/latest)") from None
+    except Exception as exc:  # JSON, types
+        raise UnstableError(f"run directory {run_dir}: {where} is unreadable: {describe_error(exc)}") from None
+    return _read_folder(run_dir, root / latest["path"], step)
+
+
+def _read_folder(run_dir: str | Path, folder: Path, step: int) -> tuple[int, dict[str, Any]]:
+    where = folder / "state.json"
+    try:
         data = json.loads(where.read_text())
         if not isinstance(data, dict) or type(data.get("step")) is not int or not isinstance(data.get("state"), dict):
             raise ValueError("expected an integer step and a state table")
+        if data["step"] != step:
+            raise ValueError(f"it holds step {data['step']}, its folder {folder.name}")
         tensors: dict[str, Any] = {}
         if (folder / "tensors.safetensors").exists():
             from safetensors.torch import load_file
@@ -116,10 +167,66 @@ def read_latest(run_dir: str | Path) -> tuple[int, dict[str, Any]]:
             tensors = load_file(str(where))
         return data["step"], join_tensors(data["state"], tensors)
     except FileNotFoundError:
-        if where == root / "latest":
-            raise UnstableError(f"run directory {run_dir} holds no snapshot to resume from (no state/latest)") from None
         raise UnstableError(f"run directory {run_dir}: {where} is missing") from None
-    except UnstableError:
-        raise
     except Exception as exc:  # JSON, types, safetensors' own errors
         raise UnstableError(f"run directory {run_dir}: {where} is unreadable: {describe_error(exc)}") from None
+
+
+def checkpoint_files(path: str | Path) -> dict[str, list[Any]]:
+    """``{name: [size, SHA-256]}`` of a checkpoint's files (a folder's, recursively; names
+    relative to it), recorded in a snapshot once per checkpoint and checked on resume."""
+    where = Path(path)
+    files = [where] if where.is_file() else sorted(p for p in where.rglob("*") if p.is_file() and not p.is_symlink())
+    out: dict[str, list[Any]] = {}
+    for p in files:
+        digest = hashlib.sha256()
+        with open(p, "rb") as fh:
+            while chunk := fh.read(1 << 20):
+                digest.update(chunk)
+        out["." if p == where else p.relative_to(where).as_posix()] = [p.stat().st_size, digest.hexdigest()]
+    return out
+
+
+def verify_checkpoints(run_dir: str | Path, step: int, state: dict[str, Any]) -> None:
+    """Every checkpoint whose files the snapshot recorded is there, its files with the sizes and
+    SHA-256 written; one line naming the first that is not."""
+    driver = state.get("driver")
+    if not isinstance(driver, dict) or not isinstance(driver.get("checkpoints"), list):
+        return  # a malformed snapshot: restoring it names it
+    recorded = driver.get("checkpoint_files")
+    if not isinstance(recorded, dict):
+        recorded = {}
+
+    def shown(p: Path) -> str:
+        try:
+            return p.relative_to(Path(run_dir)).as_posix()
+        except ValueError:
+            return str(p)
+
+    for ckpt in driver["checkpoints"]:
+        if not isinstance(ckpt, dict) or not isinstance(ckpt.get("path"), str) or not ckpt["path"]:
+            continue
+        where, files = Path(ckpt["path"]), recorded.get(str(ckpt.get("uid")))
+        if not isinstance(files, dict):
+            continue  # not local when the snapshot was taken, or a snapshot that recorded no files
+        if not where.exists():
+            raise UnstableError(f"run directory {run_dir}: {shown(where)} is missing (the snapshot of step {step} names "
+                                f"checkpoint {ckpt.get('uid')!r}); put it back")
+        found = checkpoint_files(where)
+        for name, expected in files.items():
+            path = where if name == "." else where / str(name)
+            if name not in found:
+                raise UnstableError(f"run directory {run_dir}: {shown(path)} is missing (checkpoint {ckpt.get('uid')!r} "
+                                    f"of the snapshot of step {step}); put it back")
+            if found[name] != expected:
+                raise UnstableError(f"run directory {run_dir}: {shown(path)}: its size or SHA-256 differs from what the "
+                                    f"snapshot of step {step} recorded; the checkpoint was edited or replaced: put it back")
+
+
+def latest_step(run_dir: str | Path) -> int | None:
+    """The step ``state/latest`` names (None: no snapshot, or a ``latest`` that does not read)."""
+    try:
+        step = json.loads((Path(run_dir) / "state" / "latest").read_text()).get("step")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return step if type(step) is int and step >= 0 else None
