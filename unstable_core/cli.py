@@ -40,7 +40,8 @@ def cli(verbose: bool) -> None:
 @click.option("--resume", "resume_dir", type=click.Path(file_okay=False), default=None, metavar="RUN_DIR",
               help="Go on from RUN_DIR's latest snapshot, with its config (--set may only raise training.learning_steps).")
 @click.option("--repair", is_flag=True, help="With --resume: go on with a metrics log that was cut, deleted or edited "
-              "within what the snapshot covers (its complete lines are kept; the resume record says what) instead of refusing it.")
+              "within what the snapshot covers (its complete lines are kept), a damaged state/latest (the newest snapshot that "
+              "reads), registry.json or config.json's components (rewritten) instead of refusing it; the resume record says what.")
 def run(config: str | None, overrides: tuple[str, ...], run_dir: str | None, resume_dir: str | None, repair: bool) -> None:
     """Run a config: train, or without a learner play a tournament; or resume a run.
 
