@@ -20,6 +20,7 @@ import datetime
 import multiprocessing
 import pickle
 import socket
+import time
 import weakref
 from typing import Any
 
@@ -155,6 +156,18 @@ class Workers:
         except BaseException:
             self.close()
             raise
+        global _WATCHED
+        _WATCHED = weakref.ref(self)
+
+    def check_alive(self, what: str, grace_s: float = 0.0) -> None:
+        """Raise an UnstableError naming the first worker that is no longer running (waiting up
+        to ``grace_s`` for one that is exiting)."""
+        for rank, proc in enumerate(self.procs, start=1):
+            if grace_s:
+                proc.join(timeout=grace_s)
+            if not proc.is_alive():
+                raise UnstableError(f"data-parallel learner rank {rank} died while {what} (exit status {proc.exitcode}; "
+                                    "its output says why)")
 
     def replies(self, what: str) -> list[Any]:
         out = []
@@ -175,6 +188,9 @@ class Workers:
             _send(conn, message)
 
     def close(self) -> None:
+        global _WATCHED
+        if _WATCHED is not None and _WATCHED() is self:
+            _WATCHED = None
         _stop(self.conns, self.procs)
         import torch.distributed as dist
 
@@ -199,7 +215,7 @@ def sum_gradients(params: list[torch.nn.Parameter]) -> None:
     for p in params:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
-        dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
+    wait_all([dist.all_reduce(p.grad, op=dist.ReduceOp.SUM, async_op=True) for p in params])
 
 
 def sum_numbers(values: list[float], device: Any) -> list[float]:
@@ -207,5 +223,34 @@ def sum_numbers(values: list[float], device: Any) -> list[float]:
     import torch.distributed as dist
 
     t = torch.tensor(values, dtype=torch.float64, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    wait_all([dist.all_reduce(t, op=dist.ReduceOp.SUM, async_op=True)])
     return t.tolist()
+
+
+def wait_all(works: list[Any]) -> None:
+    """Wait for collectives. On rank 0 the worker processes are watched meanwhile: a rank that
+    dies (killed, out of memory) ends the wait within ``WATCH_POLL_S`` with an UnstableError
+    naming it, where the collective would wait for it until ``data_parallel_timeout_s`` (NCCL)
+    or fail with a transport error that names no rank (gloo)."""
+    watched = _WATCHED() if _WATCHED is not None else None
+    if watched is None:
+        for work in works:
+            work.wait()
+        return
+    pause = 0.0005
+    try:
+        while not all(work.is_completed() for work in works):
+            watched.check_alive("updating")
+            time.sleep(pause)
+            pause = min(pause * 2, WATCH_POLL_S)
+        for work in works:
+            work.wait()  # raises a failed collective's error
+    except RuntimeError:
+        watched.check_alive("updating", grace_s=WATCH_POLL_S)
+        raise
+
+
+#: how often rank 0 looks at its workers while it waits for a collective, at most (seconds)
+WATCH_POLL_S = 0.05
+#: the Workers of the data-parallel learner in this process (rank 0), watched during collectives
+_WATCHED: weakref.ReferenceType[Workers] | None = None
