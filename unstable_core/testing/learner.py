@@ -13,7 +13,9 @@ The checks: one ``update`` makes exactly one step of each torch optimizer the le
 bumps ``version`` by one; its metrics are finite floats; a saved checkpoint loads in the serving
 backend and changes what it serves; learning goes the right way (a two-armed bandit on the
 model's own completions: the rewarded arm's share must rise); a ``Stateful`` learner restored
-from its state takes the same next update as the original.
+from its state takes the same next update as the original; where the learner's options take
+``gradient_checkpointing``, it on gives the update it off gives, and where they take
+``data_parallel``, two ranks give the update one learner gives.
 """
 
 from __future__ import annotations
@@ -245,6 +247,66 @@ class LearnerContract(ComponentContract):
             assert after[0] * before[1] >= factor * before[0] * max(after[1], 1e-12), what
         else:
             assert after[0] >= before[0] + self.direction_min_share_rise, what
+
+    # -- options that must not change the update: gradient checkpointing, data-parallel ranks --------
+    #: options over ``options`` for the two checks below (``LoraLearnerContract``: float64, so that
+    #: Adam's first step, which moves a weight by about lr whatever the size of its gradient, does
+    #: not turn float32 rounding into differences), the updates they compare, and their tolerance
+    #: on every trained weight
+    same_update_options: dict[str, Any] = {}
+    same_update_updates: int = 2
+    same_update_tolerance: float = 1e-10
+    #: options over those for the ranks check (``LoraLearnerContract``: each step a chunk of its
+    #: own, so that either side computes on the same shapes)
+    ranks_options: dict[str, Any] = {}
+
+    def weights(self, learner: Any) -> dict[str, Any]:
+        """The learner's trained weights, name -> tensor (a copy): ``trainable()``'s by default;
+        override for a learner without it."""
+        return {name: p.detach().clone() for name, p in learner.trainable().items()}
+
+    def updates(self, learner: Any) -> tuple[dict[str, Any], list[dict[str, float]]]:
+        """``same_update_updates`` updates on ``make_batch`` batches: the weights after them and
+        their metrics; a learner with ``close`` (data-parallel workers) closed."""
+        try:
+            metrics = [learner.update(self.make_batch(seed=20 + i)) for i in range(self.same_update_updates)]
+            return self.weights(learner), metrics
+        finally:
+            if hasattr(learner, "close"):
+                learner.close()
+
+    def assert_same_weights(self, a: dict[str, Any], b: dict[str, Any], what: str) -> None:
+        assert a.keys() == b.keys(), f"{what}: different weights {sorted(a.keys() ^ b.keys())}"
+        worst = max(((float((a[k].double() - b[k].double()).abs().max()), k) for k in a), default=(0.0, ""))
+        assert worst[0] <= self.same_update_tolerance, f"{what}: {worst[1]} differs by {worst[0]:.3g}"
+
+    def test_gradient_checkpointing_gives_the_same_update(self, spec: Any, system: Any, tmp_path: Path, model: ModelRef) -> None:
+        """Where the learner's options take ``gradient_checkpointing``: with it on, the updates
+        end with the weights they end with off (recomputing activations in backward must not
+        change the gradient: a learner that switches adapters between forward and backward, or
+        computes something in its forward that the recomputation does not see, fails)."""
+        if "gradient_checkpointing" not in spec.config.model_fields:
+            pytest.skip("the learner's options have no gradient_checkpointing")
+        options = {**self.same_update_options}
+        off = self.updates(self.build(spec, system, tmp_path, model, **options, gradient_checkpointing=False))
+        on = self.updates(self.build(spec, system, tmp_path, model, **options, gradient_checkpointing=True))
+        assert max(float(v.abs().max()) for v in off[0].values()) > 0, "the learner trained no weight"
+        self.assert_same_weights(on[0], off[0], "gradient_checkpointing = true")
+
+    def test_two_ranks_give_the_update_of_one_learner(self, spec: Any, system: Any, tmp_path: Path, model: ModelRef) -> None:
+        """Where the learner's options take ``data_parallel`` (its ranks): two ranks, each on a
+        shard of whole games, end where one learner on the whole batches ends (a statistic taken
+        per shard, a loss averaged per shard, fails). The learner class must be importable by
+        name (the ranks are spawned processes)."""
+        if "data_parallel" not in spec.config.model_fields:
+            pytest.skip("the learner's options have no data_parallel")
+        options = {**self.same_update_options, **self.ranks_options}
+        one = self.updates(self.build(spec, system, tmp_path, model, **options, data_parallel=1))
+        two = self.updates(self.build(spec, system, tmp_path, model, **options, data_parallel=2))
+        self.assert_same_weights(two[0], one[0], "data_parallel = 2")
+        for a, b in zip(one[1], two[1]):
+            if "loss" in a:
+                assert b["loss"] == pytest.approx(a["loss"], rel=1e-9, abs=1e-12), "data_parallel = 2: the loss differs"
 
     def test_state_round_trip_when_stateful(self, spec: Any, system: Any, tmp_path: Path, model: ModelRef) -> None:  # type: ignore[override]
         """A restored learner takes the same next update (same metrics, same state)."""

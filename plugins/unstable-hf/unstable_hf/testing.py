@@ -17,6 +17,7 @@ backend, and adds a float64 finite-difference check of the learner's loss gradie
 from __future__ import annotations
 
 import functools
+import os
 from pathlib import Path
 from typing import Any
 
@@ -169,6 +170,167 @@ def base_logprobs(path: str, pairs: list[tuple[list[int], list[int]]]) -> list[l
     return out
 
 
+# -- the consistency matrix: gradients against finite differences, ranks against one learner ----
+#: marks of a test of the consistency matrix: ``pytest -m matrix`` selects them, and they run only
+#: with ``UNSTABLE_MATRIX=1`` (the whole matrix takes minutes: ``.ci/run`` runs it, the default
+#: suite keeps a slice of it unmarked)
+MATRIX = (pytest.mark.matrix, pytest.mark.skipif(not os.environ.get("UNSTABLE_MATRIX"),
+                                                 reason="the consistency matrix: UNSTABLE_MATRIX=1 pytest -m matrix"))
+
+#: (gradient_checkpointing, prefix_sharing, prefix_layout) a learner's gradient is checked under:
+#: padded rows, and prefix-shared rows in each layout, with checkpointing off and on ('segments'
+#: gives way to 'masks' under checkpointing: ``LoraLearner.set_prefix_sharing``)
+PACKINGS = [(False, False, "masks"), (False, True, "masks"), (False, True, "segments"), (True, False, "masks"), (True, True, "masks")]
+
+
+def packing_id(packing: tuple[bool, bool, str]) -> str:
+    checkpointing, shared, layout = packing
+    return ("checkpointing-" if checkpointing else "") + (layout if shared else "padded")
+
+
+def whole_games(tokenizer: Any, n: int = 24, seed: int = 2) -> list[Any]:
+    """The whole games among ``self_play_steps(tokenizer, n=n, seed=seed)`` (the last one, cut
+    short, dropped): what a learner that reads whole episodes (GAE) takes."""
+    steps = self_play_steps(tokenizer, n=n, seed=seed)
+    return [s for s in steps if s.game_idx < steps[-1].game_idx]
+
+
+def off_policy(path: str, steps: list[Any], seed: int = 0, spread: float = 0.3) -> list[Any]:
+    """``steps`` with rollout logprobs: each completion token's logprob under the model at
+    ``path`` moved by a uniform draw in [-spread, spread] (importance ratios away from 1, some
+    past a cap of 1.2)."""
+    import random
+
+    rng = random.Random(seed)
+    scored = base_logprobs(path, [(s.turn.prompt_token_ids, s.turn.completion_token_ids) for s in steps])
+    return [s.model_copy(update={"turn": s.turn.model_copy(update={"logprobs": [lp + rng.uniform(-spread, spread) for lp in lps]})})
+            for s, lps in zip(steps, scored)]
+
+
+def choice_rows(steps: list[Any], seed: int = 0, vocab: int = 300) -> list[Any]:
+    """``steps`` as decisions answered among choices, expanded (``expand_choices``): each offered
+    its own completion and two others that differ from it at one token past the first, the
+    completion drawn with probability 0.2-0.8 (``choice_probabilities`` apart from the model's:
+    importance ratios away from 1). The rows' rollout logprobs are the completion's own."""
+    import random
+
+    from unstable_core import expand_choices
+
+    rng = random.Random(seed)
+    out = []
+    for s in steps:
+        ids = list(s.turn.completion_token_ids)
+        if len(ids) < 2:
+            out.append(s)
+            continue
+        at = rng.randrange(1, len(ids))
+        others = [ids[:at] + [3 + (ids[at] + k) % (vocab - 3)] + ids[at + 1 :] for k in (1, 2)]
+        p = rng.uniform(0.2, 0.8)
+        logprobs = list(s.turn.logprobs) or [-1.0] * len(ids)
+        out.append(s.model_copy(update={"turn": s.turn.model_copy(update={
+            "choice_token_ids": [ids, *others], "choice_probabilities": [p, (1 - p) / 2, (1 - p) / 2], "logprobs": logprobs})}))
+    return expand_choices(out)
+
+
+def randomize_trainable(learner: Any, seed: int = 7, scale: float = 0.1) -> None:
+    """Every trainable weight drawn from ``seed`` times ``scale`` (LoRA B and a value head start
+    at zero: this makes every weight matter to the loss)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in learner.trainable().values():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype) * scale)
+
+
+def batch_loss(learner: Any, steps: list[Any]) -> Any:
+    """The loss of a whole batch as an update's pass computes it: ``loss`` of each of its chunks
+    (``chunk_index`` set, the batch's size as ``batch_size``), summed. ``steps`` as ``update``
+    orders them (sorted where prefix sharing is on) and prepared (``prepare_batch``)."""
+    total = None
+    for index, chunk in enumerate(learner.chunks(steps)):
+        learner.chunk_index = index
+        loss = learner.loss(chunk, len(steps))[0]
+        total = loss if total is None else total + loss
+    learner.chunk_index = 0
+    return total
+
+
+def directional_derivatives(learner: Any, steps: list[Any], seed: int = 11, eps: float = 1e-2, later_pass: bool = False,
+                            move: float = 0.02) -> dict[str, tuple[float, float]]:
+    """For each optimizer of ``learner`` (policy, critic, ...): autograd's derivative of the
+    batch's loss (``batch_loss``, what ``prepare`` computed held fixed, train mode: where
+    gradient checkpointing acts) along a random unit direction over that optimizer's weights,
+    and the central difference of the same loss with step ``eps``. ``later_pass``: the loss of a
+    PPO pass after the first (``epoch`` 1), its first pass taken at the weights as they are and
+    the weights then moved by ``move`` times a random draw (ratios away from 1).
+
+    Use a float64 model: Qwen3's RMSNorm computes in float32 even there, so the loss carries
+    about 5e-8 of rounding noise; the step of 1e-2 keeps it and the truncation error near 1e-5
+    relative (steps of 1e-3 to 1e-5 leave 5e-5 to 1e-2 relative noise)."""
+    import torch
+
+    if learner.shared:
+        steps = sorted(steps, key=lambda s: s.turn.prompt_token_ids + s.turn.completion_token_ids)
+    params = learner.trainable()
+    g = torch.Generator().manual_seed(seed)
+    learner.model.train()
+    learner.prepare_batch(steps)
+    try:
+        if later_pass:
+            learner.epoch = 0
+            with torch.no_grad():
+                batch_loss(learner, steps)
+                for p in params.values():
+                    p.add_(torch.randn(p.shape, generator=g, dtype=p.dtype) * move)
+            learner.epoch = 1
+        for p in params.values():
+            p.grad = None
+        batch_loss(learner, steps).backward()
+        out = {}
+        for name, optimizer in learner.optimizers.items():
+            mine = {id(p) for group in optimizer.param_groups for p in group["params"]}
+            direction = {n: torch.randn(p.shape, generator=g, dtype=p.dtype) * (id(p) in mine) for n, p in params.items()}
+            norm = sum(float((d * d).sum()) for d in direction.values()) ** 0.5
+            direction = {n: d / norm for n, d in direction.items()}
+            analytic = sum(float((p.grad * direction[n]).sum()) for n, p in params.items() if p.grad is not None)
+            with torch.no_grad():
+                def moved(sign: float) -> float:
+                    for n, p in params.items():
+                        p.add_(direction[n], alpha=sign * eps)
+                    value = float(batch_loss(learner, steps))
+                    for n, p in params.items():
+                        p.sub_(direction[n], alpha=sign * eps)
+                    return value
+
+                out[name] = (analytic, (moved(1) - moved(-1)) / (2 * eps))
+        return out
+    finally:
+        learner.epoch = learner.chunk_index = 0
+        learner.model.eval()
+
+
+def check_directional_derivatives(learner: Any, steps: list[Any], rtol: float = 1e-4, **kwargs: Any) -> dict[str, tuple[float, float]]:
+    """``directional_derivatives`` each within ``rtol`` of its central difference, and not
+    vanishing (the direction moves the loss)."""
+    found = directional_derivatives(learner, steps, **kwargs)
+    for name, (analytic, numeric) in found.items():
+        assert abs(numeric) > 1e-5, f"{name}: the loss does not move along the direction ({numeric:.3g})"
+        assert analytic == pytest.approx(numeric, rel=rtol, abs=1e-7), f"{name}: autograd {analytic:.10g}, finite differences {numeric:.10g}"
+    return found
+
+
+def updates_of_ranks(make: Any, batches: list[Any], ranks: int) -> tuple[dict[str, Any], list[dict[str, float]]]:
+    """The trainable weights (``trainable_copy``) of ``make(data_parallel=ranks)`` after an
+    update on each batch, and the updates' metrics; its worker processes closed."""
+    learner = make(data_parallel=ranks)
+    try:
+        metrics = [learner.update(b) for b in batches]
+        return trainable_copy(learner), metrics
+    finally:
+        learner.close()
+
+
 class LoraLearnerContract(LearnerContract):
     options: dict[str, Any] = {"device": "cpu", "lr": 1e-2, "lora": _LORA}
     inference = "hf"
@@ -185,6 +347,12 @@ class LoraLearnerContract(LearnerContract):
     gradient_coordinates: int = 8
     gradient_eps: float = 1e-3
     gradient_rtol: float = 1e-3
+    #: the gradient-checkpointing and ranks checks in float64 (float32 rounding, which Adam's first
+    #: step turns into lr-sized moves of near-zero gradients, kept out); the ranks check with each
+    #: step a chunk of its own, so that both sides compute on the same shapes (Qwen3's RMSNorm
+    #: rounds at float32 even in a float64 model)
+    same_update_options: dict[str, Any] = {"dtype": "float64", "data_parallel_timeout_s": 120}
+    ranks_options: dict[str, Any] = {"mini_batch_size": 1}
 
     @pytest.fixture
     def model(self, tmp_path_factory: Any) -> ModelRef:
@@ -270,4 +438,6 @@ class LoraLearnerContract(LearnerContract):
 
 
 __all__ = ["FAST_TINY", "DIRECTION_TINY", "base_logprobs", "build_fast_tiny", "self_play_steps", "self_play_batches",
-           "trainable_copy", "max_weight_diff", "LoraLearnerContract"]
+           "trainable_copy", "max_weight_diff", "LoraLearnerContract", "MATRIX", "PACKINGS", "packing_id", "whole_games",
+           "off_policy", "choice_rows", "randomize_trainable", "batch_loss", "directional_derivatives",
+           "check_directional_derivatives", "updates_of_ranks"]
