@@ -268,7 +268,8 @@ def test_thousands_of_problems_are_twenty_lines_and_a_count(cli, tmp_path):
     assert out.returncode == 2 and out.stderr.strip().splitlines()[-1] == "... and 480 more problems"
 
 
-def test_a_component_whose_options_json_schema_cannot_express_leaves_the_schema_whole(make_plugin_system):
+def test_a_plugin_whose_options_json_schema_cannot_express_is_refused_and_the_schema_stays_whole(make_plugin_system):
+    """Refused when it loads (``tests/test_plugin_options.py``): the schema describes the rest."""
     from collections.abc import Callable
 
     from pydantic import Field
@@ -285,7 +286,10 @@ def test_a_component_whose_options_json_schema_cannot_express_leaves_the_schema_
             return [RaterSpec(name="callable-rater", summary="Options with a Callable", config=CallableOptions,
                               factory=lambda o, ctx: None)]
 
-    schema = config_json_schema(make_plugin_system(CallableRater()))
+    system = make_plugin_system(("callable", CallableRater()), strict=False)
+    assert system.records["callable"].status == "error"
+    assert "option 'score' (CallableOptions.score) cannot be written as JSON" in (system.records["callable"].error or "")
+    schema = config_json_schema(system)
     variants = {v["title"]: v for v in schema["properties"]["rater"]["oneOf"]}
-    assert "cannot be written as JSON Schema" in variants["rater:callable-rater"]["description"]
+    assert "rater:callable-rater" not in variants
     assert "rater:wins" in variants and schema["properties"]["buffer"]["oneOf"]  # the rest as before
