@@ -13,6 +13,7 @@ goes through pydantic validation, which coerces it or fails the game naming the 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -27,6 +28,11 @@ from ...types import Completion, GameResult, GameSpec, GenerationRequest, ModelR
 from ..seeds import index_seed, turn_seed
 from .envcalls import EnvCalls
 from .lockstep import Lockstep
+
+log = logging.getLogger("unstable")
+
+#: seconds a request may wait before the console says so (``GameRunner.stall_after_s``)
+STALL_WARNING_S = 20.0
 
 
 class GameRunner:
@@ -53,16 +59,41 @@ class GameRunner:
         self.request_timeout_s = request_timeout_s
         self.answers_at_once = answers_at_once  # such a backend's requests need no bound
         self.offers_choices = offers_choices  # such a backend's requests carry the legal answers (answers = "choice")
+        # a request waiting this long is said on the console (half the bound where that is sooner)
+        self.stall_after_s = min(STALL_WARNING_S, request_timeout_s / 2) if request_timeout_s else STALL_WARNING_S
+        self.waiting: set[tuple[str, str]] = set()  # (backend, uid) said to be waiting, until they answer
 
-    async def _bounded(self, answer: Awaitable[Any], ref: ModelRef) -> Any:
+    async def _bounded(self, answer: Awaitable[Any], ref: ModelRef, where: str = "") -> Any:
         """``answer``, or RunFailed naming the backend and model when it takes longer than
-        ``request_timeout_s``: a backend that never answers stops the run instead of hanging it."""
+        ``request_timeout_s``: a backend that never answers stops the run instead of hanging it.
+        A request still waiting after ``stall_after_s`` is said on the console (a warning of the
+        ``unstable`` logger, once per backend and model until it answers again): which request
+        waits (``where``: env, game, turn, seat), on which backend and model, and when the bound
+        ends the run."""
+        timeout = self.request_timeout_s
+        handle = None
+        if timeout is not None and self.stall_after_s < timeout:
+            handle = asyncio.get_running_loop().call_later(self.stall_after_s, self._stalled, ref, where)
         try:
-            async with asyncio.timeout(self.request_timeout_s):  # in the game's own task (no task a request)
-                return await answer
+            async with asyncio.timeout(timeout):  # in the game's own task (no task a request)
+                answered = await answer
         except TimeoutError:
             raise RunFailed(f"inference {ref.backend!r} gave no answer for model {ref.uid!r} within "
-                            f"collection.request_timeout_s = {self.request_timeout_s:g} s") from None
+                            f"collection.request_timeout_s = {timeout:g} s") from None
+        finally:
+            if handle is not None:
+                handle.cancel()
+        if self.waiting:
+            self.waiting.discard((ref.backend, ref.uid))
+        return answered
+
+    def _stalled(self, ref: ModelRef, where: str) -> None:
+        if (ref.backend, ref.uid) in self.waiting:
+            return
+        self.waiting.add((ref.backend, ref.uid))
+        log.warning("inference %r has not answered model %r for %g s (%s); still waiting: the run stops at "
+                    "collection.request_timeout_s = %g s", ref.backend, ref.uid, self.stall_after_s, where,
+                    self.request_timeout_s)
 
     async def play(self, spec: GameSpec) -> GameResult:
         start = time.perf_counter()
@@ -137,7 +168,8 @@ class GameRunner:
                 if lockstep is not None:
                     await lockstep.turn((spec.game_idx, spec.seed))
                 if bounded[pid]:
-                    completion = await self._bounded(backends[pid].generate(request), seats[pid])
+                    completion = await self._bounded(backends[pid].generate(request), seats[pid],
+                                                     f"{env_id}, game {spec.game_idx}, turn {turns}, seat {pid}")
                 else:
                     completion = await backends[pid].generate(request)
                 if not isinstance(completion, Completion):
