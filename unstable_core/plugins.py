@@ -285,7 +285,7 @@ def json_options_problem(spec: ComponentSpec) -> str | None:
     for model in [m for m in models if isinstance(m, type) and issubclass(m, BaseModel)]:
         for name, info in model.model_fields.items():
             try:
-                adapter: TypeAdapter[Any] = TypeAdapter(info.annotation)
+                adapter: TypeAdapter[Any] = TypeAdapter(Any if info.annotation is None else info.annotation)
                 adapter.json_schema()
                 if info.default is not PydanticUndefined:
                     adapter.dump_python(info.default, mode="json")
