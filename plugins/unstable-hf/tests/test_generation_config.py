@@ -6,7 +6,6 @@ logprob equals the learner's and the exact scorer's at equal weights."""
 
 import json
 import logging
-import os
 import shutil
 
 import pytest
@@ -16,6 +15,7 @@ from unstable_core import GenerationRequest, ModelRef
 from unstable_hf.inference import HFInference, HFInferenceOptions
 from unstable_hf.options import LearnerOptions
 from unstable_hf.scoring import target_logprobs
+from unstable_hf.testing import MATRIX as MATRIX_MARKS
 from unstable_hf.training import LoraLearner, Sequence, pack
 
 torch.set_num_threads(1)
@@ -45,8 +45,6 @@ def folder(tiny_path, tmp_path_factory):
 #: the sampling = scoring matrix (docs/logprobs.md): model folder x sampling options (and a batch
 #: mixing adapters); the fast slice (unmarked) is the tiny folder at two of them, the rest is a cell
 #: of the consistency matrix (``pytest -m matrix``, run with ``UNSTABLE_MATRIX=1``)
-MATRIX_MARKS = (pytest.mark.matrix, pytest.mark.skipif(not os.environ.get("UNSTABLE_MATRIX"),
-                                                       reason="the consistency matrix: UNSTABLE_MATRIX=1 pytest -m matrix"))
 FOLDERS = ["tiny", "qwen2.5", "gemma2"]
 OPTIONS = [(1.0, 1.0), (0.7, 1.0), (1.0, 0.9), (0.7, 0.9)]
 FAST = {("tiny", 1.0, 1.0), ("tiny", 0.7, 0.9)}
