@@ -80,3 +80,38 @@ def test_the_rloo_example_trains_on_a_grouped_batch(tmp_path):
     expected = unstable_core.group_advantages(steps, baseline="leave-one-out")
     assert metrics["advantage_abs"] == pytest.approx(sum(map(abs, expected)) / len(steps))
     assert metrics["grad_norm"] > 0 and metrics["clipped_frac"] == 0.0  # on policy: no ratio is clipped
+
+
+def _packings():
+    try:
+        from unstable_hf.testing import MATRIX, PACKINGS, packing_id
+    except ImportError:  # the core alone: the test skips itself
+        return [pytest.param(None, id="no-hf")]
+    return [pytest.param(p, id=packing_id(p), marks=() if p == (True, True, "masks") else MATRIX) for p in PACKINGS]
+
+
+@pytest.mark.parametrize("packing", _packings())
+def test_the_rloo_example_s_gradient_equals_finite_differences(tmp_path_factory, packing):
+    """The consistency matrix's row of the documented RLOO learner: its loss gradient (float64
+    model, rollout logprobs off the model's, so the clipped ratio is away from 1) equals central
+    differences of the same loss under every packing (``unstable_hf.testing.PACKINGS``)."""
+    pytest.importorskip("unstable_hf")
+    from transformers import AutoTokenizer
+
+    from unstable_core import BuildContext, ModelRef
+    from unstable_hf.testing import build_fast_tiny, check_directional_derivatives, off_policy, randomize_trainable, whole_games
+
+    text = (ROOT / "docs/writing-an-algorithm.md").read_text()
+    code = next(b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "class RLOO(" in b)
+    module = types.ModuleType("rloo_example")
+    exec(compile(code, "writing-an-algorithm.md", "exec"), module.__dict__)
+    path = build_fast_tiny(tmp_path_factory.getbasetemp() / "unstable-hf-fast-tiny")
+    steps = off_policy(path, whole_games(AutoTokenizer.from_pretrained(path), n=24), seed=1)
+    steps = [s.model_copy(update={"group_id": s.game_idx // 2 * 2, "group_index": s.game_idx % 2}) for s in steps]
+    checkpointing, shared, layout = packing
+    [spec] = module.unstable_learners()
+    options = spec.config(device="cpu", dtype="float64", lora={"rank": 4, "alpha": 8}, max_generation_len=16, mini_batch_size=8,
+                          gradient_checkpointing=checkpointing, prefix_sharing=shared, prefix_layout=layout)
+    learner = spec.factory(options, BuildContext(model=ModelRef(uid="base", kind="base", model=path)))
+    randomize_trainable(learner)
+    check_directional_derivatives(learner, steps)

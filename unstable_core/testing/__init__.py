@@ -71,6 +71,12 @@ from .toy import (
 # ---------------------------------------------------------------------------------------------
 
 
+def pytest_configure(config: Any) -> None:
+    """The ``matrix`` marker, registered wherever the kit is installed (a plugin's tests run
+    outside this repository too): a cell of a consistency matrix, run with ``UNSTABLE_MATRIX=1``."""
+    config.addinivalue_line("markers", "matrix: a cell of the consistency matrix; runs with UNSTABLE_MATRIX=1 pytest -m matrix")
+
+
 @pytest.fixture
 def make_plugin_system() -> Any:
     """Factory for a fresh plugin system with chosen plugins (objects or (name, object) pairs) and
