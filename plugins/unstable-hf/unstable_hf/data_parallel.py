@@ -251,6 +251,6 @@ def wait_all(works: list[Any]) -> None:
 
 
 #: how often rank 0 looks at its workers while it waits for a collective, at most (seconds)
-WATCH_POLL_S = 0.05
+WATCH_POLL_S = 0.01
 #: the Workers of the data-parallel learner in this process (rank 0), watched during collectives
 _WATCHED: weakref.ReferenceType[Workers] | None = None
