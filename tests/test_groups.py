@@ -200,3 +200,18 @@ def test_a_replayed_group_is_scheduled_whole(make_plugin_system, tmp_path):
     asyncio.run(league.load_state_dict(state))
     again = asyncio.run(league.schedule(1, "train"))  # asks for 1: gets the whole replayed group
     assert [s.game_idx for s in again] == [s.game_idx for s in first]
+
+
+@pytest.mark.parametrize("baseline", ["mean", "leave-one-out"])
+@pytest.mark.parametrize("scale", ["none", "std"])
+def test_games_of_equal_value_give_exact_zeros_despite_rounding(baseline, scale):
+    """Three games worth 0.1 each: fsum([0.1] * 3) / 3 is not 0.1 in floats, but the group has no
+    spread, so every advantage is exactly 0 (the buffer drops exact zeros for REINFORCE), under
+    either baseline and scale; a group that differs by more than rounding keeps its advantages."""
+    import math
+
+    assert math.fsum([0.1] * 3) / 3 != 0.1  # the rounding the check must see through
+    steps = [step(i, 0.1, 0) for i in range(3)]
+    assert group_advantages(steps, baseline=baseline, scale=scale) == [0.0, 0.0, 0.0]
+    apart = [step(i, v, 0) for i, v in enumerate([0.1, 0.1, 0.1 + 1e-9])]
+    assert all(a != 0.0 for a in group_advantages(apart, baseline=baseline, scale=scale)[2:])

@@ -12,7 +12,8 @@ and with ``scale = "std"`` divided by the standard deviation of the group's game
 ``eps`` (GRPO): the population std (divided by k, the default: the advantages of a group then have
 unit mean square) or, with ``std = "sample"``, the sample std (divided by k - 1, torch.std's
 default, as TRL's and verl's GRPO compute it: advantages sqrt((k - 1) / k) of the population's,
-0.935 for k = 8). A group whose games all have the same value gives zeros. So does a group of one
+0.935 for k = 8). A group whose games all have the same value (equal to 1e-12, relative or
+absolute: three games of 0.1 average to 0.1 + 1.4e-17) gives exact zeros. So does a group of one
 game (a group some of whose games failed, or an ungrouped step), under either baseline: there is
 no other game to compare with, and its own value would be a baseline that depends on its own
 actions.
@@ -52,10 +53,12 @@ def group_advantages(steps: Sequence[Step], baseline: Baseline = "mean", scale: 
         if k == 1:  # nothing to compare with: zeros (already in ``out``)
             continue
         mean = total / k
-        same = all(v == mean for v in values.values())
+        # no spread: equal values within rounding (fsum([0.1] * 3) / 3 != 0.1); each game is its own baseline,
+        # so a step that has its game's value gets an exact 0 (which drop_zero_advantage drops)
+        same = all(math.isclose(v, mean, rel_tol=1e-12, abs_tol=1e-12) for v in values.values())
         spread = math.sqrt(math.fsum((v - mean) ** 2 for v in values.values()) / (k - 1 if std == "sample" else k))
         for g, idx in by_game.items():
-            base = mean if baseline == "mean" else (total - values[g]) / (k - 1)
+            base = values[g] if same else mean if baseline == "mean" else (total - values[g]) / (k - 1)
             for i in idx:
                 advantage = steps[i].reward - base
                 if scale == "std":
