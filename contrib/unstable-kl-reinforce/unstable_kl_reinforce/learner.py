@@ -7,8 +7,9 @@ the penalty is k3 = exp(ref - logp) - (ref - logp) - 1, GRPO's (>= 0, zero where
 the base policy unchanged; its value estimates KL(pi || ref), but its gradient is that of KL(ref ||
 pi) at each token's prefix). ``"k1-score"``: logp times the detached log-ratio to go,
 sum_{t' >= t} (logp - ref): its gradient is the score-function estimate of KL(pi || ref)'s over
-completions, unbiased. Both terms share the normaliser (``max_generation_len`` or the token count),
-as in GRPO, so ``kl_coef`` weighs the KL against the policy gradient whatever the normaliser. The
+completions, unbiased on completions drawn from pi (top_p = 1) with the constant normaliser (with
+``normalizer = "tokens"`` it is refused: ``plugin.check_kl_learner``). Both terms share the
+normaliser (``max_generation_len`` or the token count), as in GRPO, so ``kl_coef`` weighs the KL against the policy gradient whatever the normaliser. The
 base learner does the rest: packing, chunks, clipping, checkpoints.
 """
 
