@@ -8,7 +8,6 @@ ranks end where one learner ends, to 1e-10. One cell runs in the default suite, 
 
 import pytest
 import torch
-from transformers import AutoTokenizer
 
 from unstable_core import Batch
 from unstable_hf.testing import (
@@ -54,7 +53,7 @@ def build_packed(tiny_path, estimator, packing):
 @pytest.mark.parametrize("packing", [pytest.param(p, id=packing_id(p), marks=() if ("k3", p) == FAST else MATRIX) for p in PACKINGS])
 def test_the_k3_gradient_equals_finite_differences(tiny_path, packing):
     L = build_packed(tiny_path, "k3", packing)
-    check_directional_derivatives(L, whole_games(AutoTokenizer.from_pretrained(tiny_path), n=24))
+    check_directional_derivatives(L, whole_games(tiny_path, n=24))
 
 
 def gradient(L, steps):
@@ -71,7 +70,7 @@ def test_the_k1_score_gradient_equals_the_padded_float64_one(tiny_path, packing)
     finite differences of it are not its gradient. Its reference is the gradient on padded rows
     without checkpointing; where steps share a prefix, Qwen3's RMSNorm rounds their summed
     gradient at float32 (plugins/unstable-hf/tests/test_prefix.py): within 1e-6 of the largest."""
-    steps = whole_games(AutoTokenizer.from_pretrained(tiny_path), n=24)
+    steps = whole_games(tiny_path, n=24)
     reference = gradient(build_packed(tiny_path, "k1-score", PACKINGS[0]), steps)
     found = gradient(build_packed(tiny_path, "k1-score", packing), steps)
     scale = max(float(g.abs().max()) for g in reference.values())
@@ -84,7 +83,7 @@ def test_the_k1_score_gradient_equals_the_padded_float64_one(tiny_path, packing)
 def test_two_ranks_end_where_one_learner_ends(tiny_path, estimator):
     """Two updates on batches of whole games, checkpointing and prefix-shared masks on, each step
     a chunk of its own (the same shapes on either side)."""
-    steps = whole_games(AutoTokenizer.from_pretrained(tiny_path), n=32, seed=5)
+    steps = whole_games(tiny_path, n=32, seed=5)
     half = sorted({s.game_idx for s in steps})[len({s.game_idx for s in steps}) // 2]
     batches = [Batch(steps=[s for s in steps if s.game_idx < half], learner_version=0),
                Batch(steps=[s for s in steps if s.game_idx >= half], learner_version=1)]

@@ -190,7 +190,12 @@ def packing_id(packing: tuple[bool, bool, str]) -> str:
 
 def whole_games(tokenizer: Any, n: int = 24, seed: int = 2) -> list[Any]:
     """The whole games among ``self_play_steps(tokenizer, n=n, seed=seed)`` (the last one, cut
-    short, dropped): what a learner that reads whole episodes (GAE) takes."""
+    short, dropped): what a learner that reads whole episodes (GAE) takes. ``tokenizer``: a
+    tokenizer, or the folder of a model whose tokenizer to load."""
+    if isinstance(tokenizer, str):
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer)
     steps = self_play_steps(tokenizer, n=n, seed=seed)
     return [s for s in steps if s.game_idx < steps[-1].game_idx]
 
