@@ -22,7 +22,7 @@ def write_json_atomic(path: str | os.PathLike[str], data: Any, durable: bool = T
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(_indented(data))
+            fh.write(indented_json(data))
             if durable:
                 fh.flush()
                 os.fsync(fh.fileno())
@@ -33,7 +33,7 @@ def write_json_atomic(path: str | os.PathLike[str], data: Any, durable: bool = T
         raise
 
 
-def _indented(data: Any) -> str:
+def indented_json(data: Any) -> str:
     """Indented JSON, keys in their order, NaN and infinities written as ``json.dumps`` does.
     pydantic-core's serializer: ``json.dumps`` with ``indent`` runs its pure-Python encoder; text
     the serializer cannot encode (lone surrogates) goes through ``json.dumps``."""

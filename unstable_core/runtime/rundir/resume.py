@@ -19,7 +19,7 @@ from typing import Any
 
 from ...errors import UnstableError, describe_error
 from ..plan import RunPlan
-from .jsonio import _indented
+from .jsonio import indented_json
 from .store import read_snapshot, snapshot_steps, verify_checkpoints
 
 #: what a run writes besides config.json; a start over removes them
@@ -58,7 +58,7 @@ def _check_components(plan: RunPlan, repair: bool) -> list[str]:
     """``config.json``'s components are what the config builds (a plugin that changed its
     defaults builds others: the resumed run would not be the run)."""
     path = Path(plan.run_dir) / "config.json"
-    expected = json.loads(_indented({k: {"name": r.name, **r.options} for k, r in plan.recipes.items()}))
+    expected = json.loads(indented_json({k: {"name": r.name, **r.options} for k, r in plan.recipes.items()}))
     try:
         saved = json.loads(path.read_text()).get("components")
     except (OSError, ValueError, AttributeError) as exc:  # read once already (the config): rare
