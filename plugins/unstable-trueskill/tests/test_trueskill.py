@@ -264,3 +264,48 @@ def test_the_samplers_read_the_runs_rater_options():
         sampler = spec.factory(spec.config(), BuildContext(config=cfg.model_dump(mode="json"), plugins=system))
         assert sampler.rater.checkpoint_sigma_factor == factor
         assert sampler.rater.mu == rater.get("mu", 25.0)
+
+
+def _ratings_cli(*args, columns=80):
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-c", "from unstable_core.cli import main; main()", "ratings", *map(str, args)],
+                          capture_output=True, text=True, env={**os.environ, "COLUMNS": str(columns)})
+
+
+def test_ratings_of_a_run_without_trueskill_say_so_and_show_no_prior(tmp_path):
+    """A run rated by `wins` holds no mu or sigma: the command says so and shows the counts, never
+    the TrueSkill prior (25.00, 8.33) as if the models were rated; model names are whole at 80 columns."""
+    long_uid = "openspiel/leduc_poker-cfr-average-policy-500"
+    models = [{"uid": "greedy", "kind": "fixed", "games": 10, "wins": 8, "draws": 0, "losses": 2, "rating": {"score": 0.8}},
+              {"uid": long_uid, "kind": "fixed", "games": 10, "wins": 2, "draws": 0, "losses": 8, "rating": {"score": 0.2}}]
+    (tmp_path / "registry.json").write_text(json.dumps({"models": models, "pairs": []}))
+    (tmp_path / "config.json").write_text(json.dumps({"config": {"rater": {"name": "wins"}}}))
+    out = _ratings_cli(tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "25.00" not in out.stdout and "8.33" not in out.stdout
+    assert "no TrueSkill ratings" in out.stderr and "'wins'" in out.stderr
+    assert any(long_uid in line for line in out.stdout.splitlines()), out.stdout
+    assert max(len(line) for line in out.stdout.splitlines()) <= 80
+    rows = json.loads(_ratings_cli(tmp_path, "--json").stdout)
+    assert [r["uid"] for r in rows] == ["greedy", long_uid]  # by the rater's score
+    assert rows[0]["mu"] is None and rows[0]["score"] == 0.8 and rows[0]["wins"] == 8
+
+
+def test_ratings_show_a_model_without_a_game_as_unrated_and_names_whole_at_80_columns(tmp_path):
+    long_uid = "checkpoint-of-a-rather-long-run-name-step-000120"
+    models = [{"uid": long_uid, "kind": "checkpoint", "games": 30, "wins": 20, "draws": 0, "losses": 10,
+               "rating": {"mu": 27.5, "sigma": 3.1, "conservative": 27.5 - 9.3}},
+              {"uid": "new-one", "kind": "checkpoint", "games": 0, "rating": {}}]
+    (tmp_path / "registry.json").write_text(json.dumps({"models": models, "pairs": []}))
+    out = _ratings_cli(tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "25.00" not in out.stdout and "8.33" not in out.stdout
+    assert any(long_uid in line for line in out.stdout.splitlines()), out.stdout
+    assert "18.20" in out.stdout and "left out at 80 columns" in out.stdout  # mu - 3 sigma stays; mu left out
+    assert "27.50" in _ratings_cli(tmp_path, columns=120).stdout
+    assert max(len(line) for line in out.stdout.splitlines()) <= 80
+    rows = {r["uid"]: r for r in json.loads(_ratings_cli(tmp_path, "--json").stdout)}
+    assert rows["new-one"]["mu"] is None and rows[long_uid]["mu"] == 27.5

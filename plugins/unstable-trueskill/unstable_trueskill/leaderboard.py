@@ -8,7 +8,7 @@ from typing import Any
 
 from unstable_core import UnstableError, save_figure
 
-from .plugin import DEFAULT_MU, DEFAULT_SIGMA
+from .plugin import DEFAULT_SIGMA
 
 
 def load_snapshot(run_dir: str) -> dict[str, Any]:
@@ -45,29 +45,95 @@ def malformed(snapshot: Any) -> str | None:
 
 
 def leaderboard(snapshot: dict[str, Any]) -> list[dict[str, Any]]:
-    """Models sorted by mu - 3 sigma (conservative skill), best first."""
+    """Models sorted by mu - 3 sigma (conservative skill), best first. A model without a TrueSkill
+    rating (no game yet, or a run rated by another rater) has ``mu``, ``sigma`` and ``conservative``
+    None, never the prior, and comes after the rated ones, ordered by its rater's ``score`` (the
+    ``wins`` rater's), then by games; the rater's other figures are kept (``score``)."""
     rows = []
     for m in snapshot.get("models", []):
         r = m.get("rating", {})
-        mu, sigma = float(r.get("mu", DEFAULT_MU)), float(r.get("sigma", DEFAULT_SIGMA))
-        rows.append({
-            "uid": m["uid"], "kind": m.get("kind"), "mu": mu, "sigma": sigma, "conservative": mu - 3 * sigma,
+        rated = "mu" in r
+        mu, sigma = (float(r["mu"]), float(r.get("sigma", DEFAULT_SIGMA))) if rated else (None, None)
+        row: dict[str, Any] = {
+            "uid": m["uid"], "kind": m.get("kind"), "mu": mu, "sigma": sigma,
+            "conservative": mu - 3 * sigma if mu is not None and sigma is not None else None,
             "games": m.get("games", 0), "wins": m.get("wins", 0), "draws": m.get("draws", 0), "losses": m.get("losses", 0),
-        })
-    return sorted(rows, key=lambda x: x["conservative"], reverse=True)
+        }
+        if isinstance(r.get("score"), (int, float)):
+            row["score"] = float(r["score"])
+        rows.append(row)
+
+    def order(x: dict[str, Any]) -> tuple[int, float, int]:
+        if x["conservative"] is not None:
+            return (0, -x["conservative"], 0)
+        return (1, -x.get("score", float("-inf")), -x["games"])
+
+    return sorted(rows, key=order)
+
+
+def unrated_note(run_dir: str, rows: list[dict[str, Any]]) -> str | None:
+    """What to tell when no model holds a TrueSkill rating: the run's rater, from its config.json."""
+    if not rows or any(r["mu"] is not None for r in rows):
+        return None
+    rater = None
+    try:
+        rater = ((json.loads((Path(run_dir) / "config.json").read_text()).get("config") or {}).get("rater") or {}).get("name")
+    except (OSError, ValueError, AttributeError):
+        pass
+    if rater == "trueskill":
+        return f"{run_dir}: no model rated yet (no game finished): rows show game counts only"
+    by = f"the run's rater is {rater!r}" if rater else "the run's rater wrote no mu or sigma"
+    return f"{run_dir}: no TrueSkill ratings ({by}): rows show game counts and its score, where it has one"
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
+    """The leaderboard. Model names and figures are never cut: where the table is wider than the
+    console, the columns losses, draws, wins, sigma and mu are left out, in that order, and said so;
+    where even that is too wide, each model is one line of text."""
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title="leaderboard (sorted by mu - 3 sigma)")
-    for col in ("#", "uid", "mu", "sigma", "mu - 3 sigma", "games", "wins", "draws", "losses"):
-        t.add_column(col, justify="left" if col == "uid" else "right")
-    for i, r in enumerate(rows, 1):
-        t.add_row(str(i), r["uid"], f"{r['mu']:.2f}", f"{r['sigma']:.2f}", f"{r['conservative']:.2f}",
-                  str(r["games"]), str(r["wins"]), str(r["draws"]), str(r["losses"]))
-    Console().print(t)
+    rated = any(r["mu"] is not None for r in rows)
+    scored = any("score" in r for r in rows)
+
+    def fig(v: float | None) -> str:
+        return "-" if v is None else f"{v:.2f}"
+
+    columns: dict[str, list[str]] = {"#": [str(i) for i in range(1, len(rows) + 1)], "uid": [r["uid"] for r in rows]}
+    if rated:
+        columns |= {"mu": [fig(r["mu"]) for r in rows], "sigma": [fig(r["sigma"]) for r in rows],
+                    "mu - 3 sigma": [fig(r["conservative"]) for r in rows]}
+    if scored:
+        columns["score"] = [fig(r.get("score")) for r in rows]
+    for key in ("games", "wins", "draws", "losses"):
+        columns[key] = [str(r[key]) for r in rows]
+    console = Console()
+
+    def width() -> int:  # a rich table with a box: "│ " before each column, " │" after the last
+        return sum(max(len(c), *map(len, cells), 0) + 3 for c, cells in columns.items()) + 1
+
+    full, dropped = dict(columns), []
+    for key in ("losses", "draws", "wins", "sigma", "mu"):
+        if width() <= console.width:
+            break
+        if key in columns:
+            del columns[key]
+            dropped.append(key)
+    title = "leaderboard (sorted by mu - 3 sigma)" if rated else "models (no TrueSkill ratings)"
+    if width() > console.width:  # a name too long for any table: lines, which a terminal wraps whole
+        print(title)
+        for i in range(len(rows)):
+            print("  ".join(cells[i] if c in ("#", "uid") else f"{c} {cells[i]}" for c, cells in full.items()))
+        dropped = []
+    else:
+        t = Table(title=title)
+        for col in columns:
+            t.add_column(col, justify="left" if col == "uid" else "right", no_wrap=True)
+        for i in range(len(rows)):
+            t.add_row(*(cells[i] for cells in columns.values()))
+        console.print(t)
+    if dropped:
+        console.print(f"{', '.join(reversed(dropped))} left out at {console.width} columns: --json has every figure")
 
 
 def match_matrix(snapshot: dict[str, Any]) -> tuple[list[str], list[list[int]]]:

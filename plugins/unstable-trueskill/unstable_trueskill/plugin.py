@@ -234,13 +234,19 @@ def unstable_register_commands(cli: Any) -> None:
     def ratings(run_dir: str, as_json: bool, heatmap: str | None) -> None:
         """Leaderboard of a run: uid, mu, sigma, mu - 3 sigma, games, wins, draws, losses.
 
+        A model without a TrueSkill rating shows "-" (JSON: null), never the prior; a run rated by
+        another rater (`wins`, `elo`) is said so on stderr and listed by its score.
+
         \b
         Example: unstable ratings runs/trueskill-tournament-20261126-101500 --heatmap matches.png
         """
-        from .leaderboard import draw_heatmap, leaderboard, load_snapshot, print_table
+        from .leaderboard import draw_heatmap, leaderboard, load_snapshot, print_table, unrated_note
 
         snap = load_snapshot(run_dir)
         rows = leaderboard(snap)
+        note = unrated_note(run_dir, rows)
+        if note:
+            click.echo(note, err=True)
         if as_json:
             import json
 
