@@ -161,7 +161,9 @@ class PopulationMixture(Protocol):
     """A model sampler that targets a mixture of the population (psro's meta-game Nash mixture)."""
 
     def mixture(self) -> dict[str, float]:
-        """uid -> probability of the mixture it draws from now (empty before it has one)."""
+        """uid -> probability of the mixture it draws from now (empty before it has one). A
+        ``mixture(self, registry)`` (a parameter named ``registry``) is handed the league's
+        registry, for a mixture computed from pair results."""
         ...
 
 

@@ -47,6 +47,7 @@ from .contracts import (
     TemplateContract,
     TrackerContract,
     check_state_round_trip,
+    population_registry,
     sample_result,
 )
 from .executor import ExecutorContract
@@ -97,7 +98,7 @@ def toy_run_config() -> Any:
 
 
 __all__ = [
-    "PickBestGame", "ToyProvider", "TabularInference", "TabularLearner", "toy_plugin", "toy_config", "sample_result",
+    "PickBestGame", "ToyProvider", "TabularInference", "TabularLearner", "toy_plugin", "toy_config", "sample_result", "population_registry",
     "toy_probabilities", "load_table", "TOY_ACTIONS", "TOY_BEST", "TabularOptions", "check_state_round_trip",
     "run_with_kills", "start_run", "make_steps", "kill_after", "restored_state", "comparable_metrics",
     "EnvSamplerContract", "ModelSamplerContract", "RaterContract", "RewardTransformContract", "BufferContract",

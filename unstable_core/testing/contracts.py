@@ -201,22 +201,185 @@ class EnvSamplerContract(ComponentContract):
         return drawn
 
 
+def population_registry(checkpoints: int = 4, games: int = 12, seed: int = 0,
+                        fixed: tuple[str, ...] = ("random-valid", "greedy")) -> ModelRegistry:
+    """A league's registry some checkpoints into a run: the fixed opponents ``fixed`` (scripted
+    agents of those names), the base model, learner checkpoints ``ckpt-1`` ... ``ckpt-N`` (N =
+    ``checkpoints``, versions 1..N, the newest current) and ``games`` recorded games between every
+    two of them that are not both fixed, each won by the newer model (fixed opponents count as
+    oldest) with probability 0.5 + 0.4 x (its age gap) / (N + 1), a draw one time in eight (rewards
+    +1 / -1 / 0; a ``random.Random(seed)`` draws them, so equal arguments give equal registries)."""
+    from ..types import Checkpoint
+
+    reg = ModelRegistry()
+    for name in fixed:
+        reg.add(ModelRef(uid=name, model=name))
+    base = ModelRef(uid="base", kind="base", backend="tabular")
+    reg.add(base, current=True)
+    for v in range(1, checkpoints + 1):
+        reg.add_checkpoint(Checkpoint(uid=f"ckpt-{v}", version=v, path=f"ckpt-{v}"), base)
+    rng = random.Random(seed)
+    order = [*fixed, *(r.uid for r in reg.checkpoints())]  # oldest first
+    for j, newer in enumerate(order):
+        for i, older in enumerate(order[:j]):
+            if j < len(fixed):
+                continue  # two fixed opponents never meet in a run
+            p_newer = 0.5 + 0.4 * (j - max(i, len(fixed) - 1)) / (checkpoints + 1)
+            seats = [reg.get(newer).ref, reg.get(older).ref]
+            for _ in range(games):
+                u = rng.random()
+                rewards = {0: 0.0, 1: 0.0} if u < 0.125 else {0: 1.0, 1: -1.0} if u < 0.125 + 0.875 * p_newer else {0: -1.0, 1: 1.0}
+                reg.record_game(sample_result(seats=seats, rewards=rewards))
+    return reg
+
+
+_GLOBAL_RANDOM = ("random", "uniform", "randint", "randrange", "choice", "choices", "sample", "shuffle", "gauss",
+                  "normalvariate", "lognormvariate", "expovariate", "vonmisesvariate", "gammavariate", "betavariate",
+                  "paretovariate", "weibullvariate", "triangular", "getrandbits", "randbytes", "binomialvariate")
+
+
 class ModelSamplerContract(ComponentContract):
+    """The model sampler's checks, on a population: ``make_registry()`` (a fresh registry for
+    every check) holds, by default, ``population_registry(population_checkpoints,
+    population_games)``: the fixed opponents ``random-valid`` and ``greedy``, the base model, that
+    many checkpoints (the newest current) and that many games between every two of them. Set the
+    two attributes, or override ``make_registry()`` (``population_registry`` is a start), to
+    shape it. The checks: every seat gets the registered ``ModelRef`` of a registered model, as
+    many as asked, with the current checkpoint or a fixed agent (a tournament's) as anchor; the
+    sampler draws from the ``rng`` handed in and nothing else (equal ``rng`` states give equal
+    draws whatever the global ``random`` holds; a call to the global ``random`` fails); a
+    ``mixture()`` (``PopulationMixture``) names registered models with weights summing to 1; a
+    Stateful sampler restores exactly (``exercise``)."""
+
     kind = "model_sampler"
+    #: learner checkpoints in the registry the checks hand the sampler (beside the base model)
+    population_checkpoints: int = 4
+    #: games recorded between every two models of that registry (not both fixed)
+    population_games: int = 12
+
+    def make_registry(self) -> ModelRegistry:
+        """The registry every check hands the sampler (a fresh one each time); override to shape it."""
+        return population_registry(self.population_checkpoints, self.population_games)
+
+    def draw(self, sampler: Any, env: EnvSpec, anchor: ModelRef, num_seats: int, registry: Any, rng: random.Random) -> Any:
+        """``sampler.sample(...)`` with the global ``random``'s functions made to fail."""
+        from unittest import mock
+
+        def refuse(name: str) -> Any:
+            def call(*args: Any, **kwargs: Any) -> Any:
+                raise AssertionError(f"{self.name}: sample called the global random.{name}(); draw from the rng argument "
+                                     "(the league's scheduling stream, saved with the run)")
+            return call
+
+        patches = [mock.patch.object(random, n, refuse(n)) for n in _GLOBAL_RANDOM if hasattr(random, n)]
+        for p in patches:
+            p.start()
+        try:
+            return sampler.sample(env, anchor, num_seats, registry, rng)
+        finally:
+            for p in reversed(patches):
+                p.stop()
+
+    def check_seats(self, out: Any, num_seats: int, registry: Any, call: str) -> None:
+        """``out`` is ``num_seats`` registered models, each the registry's own ``ModelRef``."""
+        assert isinstance(out, (list, tuple)), f"{call} returned {out!r}; expected a list of {num_seats} ModelRef(s)"
+        assert len(out) == num_seats, f"{call} returned {len(out)} seat(s) for {num_seats}: {out!r}"
+        for m in out:
+            assert isinstance(m, ModelRef), (f"{call} returned {m!r} (a {type(m).__name__}); expected a ModelRef "
+                                             "(registry.get(uid).ref, not the uid)")
+            assert m.uid in registry.entries, (f"{call} returned model {m.uid!r}, which is not registered "
+                                               f"(registered: {', '.join(registry.entries)})")
+            assert m == registry.get(m.uid).ref, (f"{call} returned {m!r}, not the registry's {m.uid!r} "
+                                                  f"({registry.get(m.uid).ref!r}): seat registry.get(uid).ref")
 
     def test_fills_every_seat_with_registered_models(self, component: Any, registry: Any) -> None:
-        env = EnvSpec(env_id="TicTacToe-v0", num_players=3)
-        anchor = registry.current
-        for seed in range(50):
-            out = component.sample(env, anchor, 2, registry, random.Random(seed))
-            assert len(out) == 2
-            assert all(isinstance(m, ModelRef) and m.uid in registry.entries for m in out)
+        anchors = [registry.current, *registry.fixed()[:1]]
+        for num_seats in (1, 2, 3):
+            env = EnvSpec(env_id="TicTacToe-v0", num_players=num_seats + 1)
+            for anchor in anchors:
+                for seed in range(20):
+                    out = self.draw(component, env, anchor, num_seats, registry, random.Random(seed))
+                    self.check_seats(out, num_seats, registry,
+                                     f"{self.name}: sample(anchor={anchor.uid!r}, num_seats={num_seats})")
+
+    def test_draws_only_from_the_rng_it_is_given(self, spec: Any, system: Any, tmp_path: Path) -> None:
+        """Two fresh samplers handed equal ``rng`` states draw the same, the global generators
+        (``random``'s, numpy's) seeded differently before each; the global ``random``'s functions
+        fail when called."""
+        try:
+            import numpy as np
+        except ImportError:  # pragma: no cover - numpy comes with the core's dependencies
+            np = None  # type: ignore[assignment]
+
+        def draws(global_seed: int) -> list[list[str]]:
+            sampler = build_component_for(self, spec, system, tmp_path)
+            registry = self.make_registry()
+            env = EnvSpec(env_id="TicTacToe-v0", num_players=3)
+            rng = random.Random(11)
+            random.seed(global_seed)
+            if np is not None:
+                np.random.seed(global_seed)
+            return [[m.uid for m in sampler.sample(env, registry.current, 2, registry, rng)] for _ in range(60)]
+
+        saved = random.getstate()
+        saved_np = np.random.get_state() if np is not None else None
+        try:
+            first, second = draws(1), draws(2)
+        finally:
+            random.setstate(saved)
+            if np is not None:
+                np.random.set_state(saved_np)
+        assert first == second, (f"{self.name}: with equal rng states the sampler drew differently once the global "
+                                 "random generators were seeded differently: it draws from them, not from the rng argument "
+                                 "(the league's scheduling stream, saved with the run)")
+        sampler = build_component_for(self, spec, system, tmp_path)
+        registry = self.make_registry()
+        for seed in range(10):
+            self.draw(sampler, EnvSpec(env_id="TicTacToe-v0"), registry.current, 1, registry, random.Random(seed))
+
+    def test_mixture_names_registered_models(self, component: Any, registry: Any) -> None:
+        """A sampler that targets a mixture (``PopulationMixture``) gives one of registered models
+        after drawing, its weights summing to 1 (or none: {})."""
+        from ..protocols import PopulationMixture
+        from ..runtime.roles.registry import sampler_mixture
+
+        if not isinstance(component, PopulationMixture):
+            pytest.skip("no mixture()")
+        rng = random.Random(3)
+        for _ in range(30):
+            self.draw(component, EnvSpec(env_id="TicTacToe-v0"), registry.current, 1, registry, rng)
+        weights = sampler_mixture(component, registry)
+        assert isinstance(weights, dict), f"{self.name}: mixture() returned {weights!r}; expected uid -> weight"
+        for uid, w in weights.items():
+            assert isinstance(uid, str) and uid in registry.entries, (
+                f"{self.name}: mixture() names {uid!r}, which is not registered (registered: {', '.join(registry.entries)})")
+            assert isinstance(w, (int, float)) and w >= 0, f"{self.name}: mixture() gives {uid!r} the weight {w!r}"
+        if weights:
+            assert abs(sum(weights.values()) - 1.0) < 1e-6, f"{self.name}: mixture()'s weights sum to {sum(weights.values())}"
 
     def exercise(self, sampler: Any) -> Any:
+        """Draws on the population as the league makes them: each game's result recorded, a new
+        checkpoint registered halfway; returns the seats drawn and the mixture, if any."""
+        from ..protocols import PopulationMixture
+        from ..runtime.roles.registry import sampler_mixture
+        from ..types import Checkpoint
+
         registry = self.make_registry()
-        env = EnvSpec(env_id="TicTacToe-v0")
-        rng = random.Random(5)
-        return [[m.uid for m in sampler.sample(env, registry.current, 1, registry, rng)] for _ in range(20)]
+        env = EnvSpec(env_id="TicTacToe-v0", num_players=3)
+        rng, results = random.Random(5), random.Random(6)
+        drawn = []
+        for i in range(40):
+            if i == 20:
+                base = registry.get("base").ref
+                version = max(r.version for r in registry.checkpoints()) + 1
+                registry.add_checkpoint(Checkpoint(uid=f"ckpt-{version}", version=version, path=f"ckpt-{version}"), base)
+            anchor = registry.current
+            seats = [anchor, *sampler.sample(env, anchor, 2, registry, rng)]
+            drawn.append([m.uid for m in seats])
+            win = results.randrange(3)
+            registry.record_game(sample_result(seats=seats, rewards={p: 1.0 if p == win else -0.5 for p in range(3)}))
+        mixture = sampler_mixture(sampler, registry) if isinstance(sampler, PopulationMixture) else None
+        return {"drawn": drawn, "mixture": mixture}
 
 
 class RaterContract(ComponentContract):

@@ -20,7 +20,7 @@ from ...types import Checkpoint, CheckpointContext, EnvSpec, GameEndContext, Gam
 from ..building import Builder, guarded
 from ..plan import RunPlan
 from ..seeds import derive_seed, index_seed
-from .registry import ModelRegistry
+from .registry import ModelRegistry, sampler_mixture
 
 if TYPE_CHECKING:  # pragma: no cover
     from ...plugins import PluginSystem
@@ -233,7 +233,7 @@ class League:
             pool = self.registry.checkpoints()
             out["uniform"] = [(ref, 1.0 / len(pool)) for ref in pool]
         if "meta" in names and isinstance(self.model_sampler, PopulationMixture):
-            weights = guarded(self.labels["model_sampler"], "mixture", self.model_sampler.mixture)
+            weights = guarded(self.labels["model_sampler"], "mixture", sampler_mixture, self.model_sampler, self.registry)
             members = [(self.registry.get(uid).ref, float(w)) for uid, w in dict(weights).items()
                        if w > 0 and uid in self.registry.entries]
             if members:
@@ -246,7 +246,7 @@ class League:
         snap = self.registry.snapshot()
         snap["ratings"] = guarded(self.labels["rater"], "ratings", self.rater.ratings, self.registry)
         if isinstance(self.model_sampler, PopulationMixture):  # the mixture it targets (psro's meta-game Nash mixture)
-            snap["mixture"] = dict(guarded(self.labels["model_sampler"], "mixture", self.model_sampler.mixture))
+            snap["mixture"] = dict(guarded(self.labels["model_sampler"], "mixture", sampler_mixture, self.model_sampler, self.registry))
         return snap
 
     # -- state ------------------------------------------------------------------------------------

@@ -59,6 +59,19 @@ def checkpoint_ref(checkpoint: Checkpoint, base: ModelRef) -> ModelRef:
     )
 
 
+def sampler_mixture(sampler: Any, registry: Any) -> dict[str, float]:
+    """A ``PopulationMixture`` sampler's mixture: ``sampler.mixture(registry)`` when its
+    ``mixture`` takes a ``registry`` parameter (a mixture that depends on pair results), else
+    ``sampler.mixture()``."""
+    import inspect
+
+    try:
+        takes = "registry" in inspect.signature(sampler.mixture).parameters
+    except (TypeError, ValueError):  # a callable without a signature Python can read
+        takes = False
+    return sampler.mixture(registry) if takes else sampler.mixture()
+
+
 class ModelRegistry:
     """Base model, checkpoints, fixed opponents, the current checkpoint, match counts and
     win/draw/loss per model and per pair. Raters store their numbers in ``entry.rating``."""
