@@ -205,3 +205,39 @@ def test_a_run_writes_the_mixture_its_sampler_computes_from_the_registry(make_pl
     registry = json.loads((tmp_path / "r" / "registry.json").read_text())
     assert registry["mixture"] and set(registry["mixture"]) <= {m["uid"] for m in registry["models"]}
     assert sum(registry["mixture"].values()) == pytest.approx(1.0)
+
+
+def test_win_rates_pool_a_checkpoints_lineage_and_prior_pseudo_games():
+    from unstable_core import Checkpoint
+    from unstable_core.runtime.roles.registry import ModelRegistry
+    from unstable_core.testing import sample_result
+
+    reg = ModelRegistry()
+    reg.add(ModelRef(uid="greedy", model="greedy"))
+    base = ModelRef(uid="base", kind="base", backend="tabular")
+    reg.add(base, current=True)
+    for v in (1, 2, 3):
+        reg.add_checkpoint(Checkpoint(uid=f"ckpt-{v}", version=v, path=f"c{v}"), base)
+
+    def play(a, b, rewards):
+        reg.record_game(sample_result(seats=[reg.get(a).ref, reg.get(b).ref], rewards={0: rewards[0], 1: rewards[1]}))
+
+    win, draw, loss = (1.0, -1.0), (0.0, 0.0), (-1.0, 1.0)
+    for r in (win, win, win, loss):
+        play("ckpt-1", "greedy", r)
+    for r in (win, win, draw, draw):
+        play("greedy", "ckpt-2", r)  # seated the other way round: 2 losses and 2 draws for ckpt-2
+    play("ckpt-3", "greedy", win)
+    play("ckpt-3", "ckpt-2", win)
+
+    assert reg.lineage("ckpt-3", 2) == ["ckpt-3", "ckpt-2", "ckpt-1"] and reg.lineage("ckpt-1", 5) == ["ckpt-1", "base"]
+    assert reg.lineage("greedy", 3) == ["greedy"] and reg.lineage("ckpt-3") == ["ckpt-3"]
+    # by hand: ckpt-3's own single game, then with prior pseudo-games, then pooled back over its lineage
+    assert reg.win_rate("ckpt-3", "greedy") == 1.0
+    assert reg.win_rate("ckpt-3", "greedy", prior=2) == pytest.approx((1 + 1) / (1 + 2))
+    assert reg.win_rate("ckpt-3", "greedy", lineage=1) == pytest.approx((1 + 0 + 2 / 2) / 5)
+    assert reg.win_rate("ckpt-3", "greedy", lineage=2, prior=1) == pytest.approx((1 + 3 + 2 / 2 + 0.5) / (9 + 1))
+    assert reg.win_rate("greedy", "ckpt-3", lineage=2) == 0.0  # a fixed opponent's lineage is itself
+    # ckpt-2 is the opponent here, so its own games never count as ckpt-3's predecessor's
+    assert reg.win_rate("ckpt-3", "ckpt-2", lineage=2) == 1.0
+    assert reg.win_rate("base", "greedy") is None and reg.win_rate("base", "greedy", prior=4) == 0.5

@@ -118,7 +118,10 @@ class Registry(Protocol):
     model first), ``active_checkpoints(limit)`` those still in the pool, and
     ``match_count(a, b)`` / ``head_to_head(a, b)`` the games two uids played against each other
     and (wins of a, draws, wins of b), ``mean_reward(a, b)`` a's mean reward in those games
-    (None if none), ``exact_payoff(a, b)`` a's exact expected reward against b (None unless
+    (None if none), ``win_rate(a, b, prior=0, lineage=0)`` a's win rate against b, draws half,
+    with ``prior`` pseudo-games of even result and the games of the ``lineage`` checkpoints before
+    a pooled in (``lineage(uid, window)``: uid and those checkpoints, newest first; None when it
+    counts nothing), ``exact_payoff(a, b)`` a's exact expected reward against b (None unless
     the run computes them: a sampler whose record declares ``exact_payoffs``), and
     ``least_exploitable(uids)`` the weights of the least exploitable mixture of those models (None
     unless the run computed it for exactly them: a sampler whose record declares
@@ -142,6 +145,10 @@ class Registry(Protocol):
     def head_to_head(self, a: str, b: str) -> tuple[int, int, int]: ...
 
     def mean_reward(self, a: str, b: str) -> float | None: ...
+
+    def lineage(self, uid: str, window: int = 0) -> list[str]: ...
+
+    def win_rate(self, a: str, b: str, *, prior: float = 0.0, lineage: int = 0) -> float | None: ...
 
     def exact_payoff(self, a: str, b: str) -> float | None: ...
 

@@ -192,6 +192,33 @@ class ModelRegistry:
             return (0, 0, 0)
         return (pair.wins_a, pair.draws, pair.wins_b) if a < b else (pair.wins_b, pair.draws, pair.wins_a)
 
+    def lineage(self, uid: str, window: int = 0) -> list[str]:
+        """``uid`` and, for a learner checkpoint, the ``window`` checkpoints before it (the base
+        model counting as the first), newest first: the same policy a few updates earlier, each a
+        uid of its own. A fixed opponent's lineage is itself."""
+        ref = self.entries[uid].ref
+        if ref.kind == "fixed" or window <= 0:
+            return [uid]
+        chain = [r.uid for r in self.checkpoints()]
+        k = chain.index(uid)
+        return chain[max(0, k - window):k + 1][::-1]
+
+    def win_rate(self, a: str, b: str, *, prior: float = 0.0, lineage: int = 0) -> float | None:
+        """a's win rate against b, a draw counting half, over the games a played against b, and
+        with ``lineage = k`` those of the k checkpoints before a too (``lineage(a, k)``; each
+        checkpoint is a new uid whose own results start from zero), plus ``prior`` pseudo-games
+        of even result: ``(wins + draws / 2 + prior / 2) / (games + prior)``. None when that counts
+        nothing (no games, no prior)."""
+        wins = draws = games = 0
+        for uid in self.lineage(a, lineage):
+            if uid == b:
+                continue
+            w, d, lost = self.head_to_head(uid, b)
+            wins, draws, games = wins + w, draws + d, games + w + d + lost
+        if games + prior <= 0:
+            return None
+        return (wins + draws / 2 + prior / 2) / (games + prior)
+
     def mean_reward(self, a: str, b: str) -> float | None:
         """a's mean reward over the games a and b played against each other (None if none): in a
         zero-sum game with scores (chips), the payoff of the pair's meta-game."""
