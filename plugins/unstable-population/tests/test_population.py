@@ -194,9 +194,9 @@ def test_psro_re_solves_every_n_games_and_lets_newcomers_in_after_their_entry_ga
     assert sampler.mixture() == pytest.approx({"ckpt-1": 0.0, "ckpt-2": 1.0})
     reg.add_checkpoint(Checkpoint(uid="ckpt-3", version=3, path="/c/3"), reg.get("base").ref)
     drawn = {sampler.sample(ENV, reg.current, 1, reg, rng)[0].uid for _ in range(200)}
-    # the three pairs ckpt-3, current, has not played (before the mixture's ckpt-2), and the two
-    # checkpoints below entry_games explored (base, ckpt-3)
-    assert drawn == {"base", "ckpt-1", "ckpt-2", "ckpt-3"}
+    # the pair ckpt-3, current, has not played with the mixture's support (ckpt-2; its pairs with
+    # ckpt-1 and base come after), and the two checkpoints below entry_games explored (base, ckpt-3)
+    assert drawn == {"base", "ckpt-2", "ckpt-3"}
     assert "ckpt-3" not in sampler.mixture()
     play(reg, "ckpt-3", "ckpt-2", wins_a=15, wins_b=0)  # 30 more games recorded: re-solved, ckpt-3 has its entry games
     sampler.sample(ENV, reg.current, 1, reg, rng)
@@ -469,3 +469,76 @@ def test_psro_does_not_read_a_pair_that_never_played_as_an_even_match():
     play(reg, "ckpt-3", "ckpt-1", wins_a=0, wins_b=5)
     sampler.sample(ENV, reg.current, 1, reg, rng)
     assert sampler.mixture() == pytest.approx({"base": 0.0, "ckpt-1": 1 / 3, "ckpt-2": 1 / 3, "ckpt-3": 1 / 3}, abs=1e-9)
+
+
+def version(uid):
+    return 0 if uid == "base" else int(uid.split("-")[1])
+
+
+def newer_wins(a, b):
+    """A transitive game, as training makes one: the newer checkpoint beats the older (a's reward)."""
+    return float((version(a) > version(b)) - (version(a) < version(b)))
+
+
+def three_cycle(a, b):
+    """Rock-paper-scissors over the versions' residues mod 3 (k beats k - 1), same residue even."""
+    d = (version(a) - version(b)) % 3
+    return 0.0 if d == 0 else 1.0 if d == 1 else -1.0
+
+
+def league_run(sampler, payoff, periods, seed=0):
+    """The league's schedule: the base model, then ckpt-1, 2, ... each current in turn for
+    ``periods[v]`` games against opponents the sampler draws, each result (``payoff``) recorded.
+    Returns the registry and every uid that was ever a member of the meta-game, checking at every
+    draw that each pair of members has pair_games games (the meta-game never reads an unknown pair)."""
+    reg = ModelRegistry()
+    reg.add(ModelRef(uid="random-valid", model="random-valid"))
+    base = ModelRef(uid="base", kind="base", backend="hf", model="m")
+    reg.add(base, current=True)
+    rng = random.Random(seed)
+    ever = set()
+    for v, games in enumerate(periods):
+        if v:
+            reg.add_checkpoint(Checkpoint(uid=f"ckpt-{v}", version=v, path=f"/c/{v}"), base)
+        for _ in range(games):
+            me = reg.current
+            (opp,) = sampler.sample(ENV, me, 1, reg, rng)
+            members = sampler.members
+            if len(members) > 1:
+                assert all(reg.match_count(a, b) >= sampler.options.pair_games for a in members for b in members if a < b)
+                ever.update(members)
+            r = payoff(me.uid, opp.uid)
+            reg.record_game(sample_result(seats=[me, opp], rewards={0: r, 1: -r}))
+    sampler.sample(ENV, reg.current, 1, reg, rng)  # the last checkpoint's draw, once its games are recorded
+    ever.update(sampler.members)
+    return reg, ever
+
+
+@pytest.mark.parametrize("payoff", [newer_wins, three_cycle])
+def test_psro_from_play_admits_every_checkpoint_when_a_full_row_costs_more_than_a_checkpoint_plays(payoff):
+    """15 games per checkpoint, pair_games = 4: from the 4th checkpoint on a full row (4 games with
+    each member) costs more than a checkpoint plays as current. Each still enters the meta-game: the
+    current checkpoint meets the Nash support's members first, and once replaced enters on its pairs
+    with the support (at most 3 members in both games: 12 games), the members it did not meet
+    leaving. Before, the row had to cover the whole population: ckpt-4 to ckpt-6 never entered and the
+    mixture froze on ckpt-3."""
+    sampler = PSROSampler(PSROOptions(entry_games=4, resolve_every=5, explore=0.0, pair_games=4, payoff="reward"))
+    reg, ever = league_run(sampler, payoff, [15] * 8)  # the base model, ckpt-1 to ckpt-6, and ckpt-7 current
+    assert {f"ckpt-{v}" for v in range(1, 7)} <= ever
+    if payoff is newer_wins:  # the transitive game's meta-game: the newest member, pure
+        assert sampler.mixture()["ckpt-6"] == pytest.approx(1.0)
+
+
+def test_a_checkpoint_replaced_before_it_met_the_support_enters_once_it_met_the_next_one(caplog):
+    """ckpt-2 is replaced after 2 games (pair_games = 4): its row is short, the run warns once, and
+    it can no longer play the older members (every training game seats the current checkpoint).
+    ckpt-3, current, is seated against it after its own row; ckpt-3 enters on its full row and is
+    the support (it beats everyone), and ckpt-2, which has met it, enters too. Before, only the
+    current checkpoint's pairs were scheduled: ckpt-2 never played again and never entered."""
+    sampler = PSROSampler(PSROOptions(entry_games=2, resolve_every=1, explore=0.0, pair_games=4))
+    with caplog.at_level("WARNING", logger="unstable.population"):
+        reg, ever = league_run(sampler, newer_wins, [10, 20, 2, 40])
+    assert reg.match_count("ckpt-2", "ckpt-3") >= 4 and reg.match_count("ckpt-2", "ckpt-1") < 4
+    assert "ckpt-2" in sampler.members and "ckpt-3" in sampler.members
+    warned = [r.getMessage() for r in caplog.records if "no longer current" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].startswith("psro: ckpt-2 ")

@@ -11,9 +11,12 @@ program, ``meta.py``) is re-solved every ``resolve_every`` recorded games, and o
 from it (or, with ``spread``, from the best mixture in which every member has at least spread / n
 of the draws, so that the learner never faces one fixed checkpoint). With payoffs from play, a
 pair that has not played ``pair_games`` games is unknown, never an even match: the meta-game is
-played among the checkpoints whose pairs are all known, and the current checkpoint is seated
-against each member it has not met enough before any draw from the mixture (the games that fill
-its row of the payoff matrix, as PSRO simulates each new policy against the population). With ``meta_solver = "least"``
+played among checkpoints whose pairs are all known, and the current checkpoint is seated against
+each member it has not met enough (the Nash support's first) before any draw from the mixture
+(the games that fill its row of the payoff matrix, as PSRO simulates each new policy against the
+population; every training game seats it, so its pairs are the only ones the run can fill). One
+replaced before its row is full enters on its pairs with the support and the newer members, the
+older members it did not meet leaving (``candidates``). With ``meta_solver = "least"``
 (exact payoffs) the mixture is instead the members' least exploitable one in the whole game, which
 the run computes after each checkpoint (the "least exploitable restricted distribution" of Anytime
 PSRO, McAleer et al. 2022): the Nash mixture of the restricted meta-game may be more exploitable
@@ -32,6 +35,7 @@ checkpoint is still the one that plays the learner's seat).
 
 from __future__ import annotations
 
+import logging
 import random
 from typing import Any, Literal
 
@@ -40,6 +44,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from unstable_core import EnvSpec, ModelRef
 
 from .meta import nash_mixture, payoff_matrix
+
+log = logging.getLogger("unstable.population")
 
 PHASE_DESCRIPTION = (
     "Checkpoints per best-response phase: only the base model and every phase-th checkpoint enter the population "
@@ -120,9 +126,10 @@ class PSROOptions(BaseModel):
     )
     pair_games: int = Field(
         10, ge=1, description="With payoffs from play ('reward', 'outcome'): games a pair must have played before the "
-        "meta-game reads its payoff. The current checkpoint is seated against each member of the population it has "
-        "played fewer games with before any opponent is drawn from the mixture, and the meta-game is played among the "
-        "checkpoints whose pairs all have them (a pair never played is unknown, not an even match)."
+        "meta-game reads its payoff (a pair never played is unknown, not an even match). The current checkpoint is "
+        "seated against each member of the meta-game it has played fewer games with (the Nash support's first) before "
+        "any opponent is drawn from the mixture; a checkpoint replaced before that row is full enters on its pairs "
+        "with the support and the newer members, the older members it did not meet leaving."
     )
     meta_solver: Literal["nash", "least"] = Field(
         "nash", description="The mixture of the members opponents are drawn from: 'nash', the meta-game's Nash mixture; "
@@ -155,6 +162,8 @@ class PSROSampler:
         self.draws: list[float] = []  # the mixture opponents are drawn from (the Nash one unless spread > 0)
         self.solved_at: int | None = None  # total games recorded at the last solution
         self.least: dict[str, float] = {}  # with output = "least": the members' least exploitable mixture
+        self.anchor: str | None = None  # the checkpoint seated by the last draw (payoffs from play)
+        self.warned = False  # a replaced checkpoint's short row: a warning the first time, then info
 
     def mixture(self) -> dict[str, float]:
         """The population's policy: the meta-game's Nash mixture (or least exploitable one, with
@@ -172,29 +181,76 @@ class PSROSampler:
         return members if len(members) > 1 and registry.least_exploitable(members) is None else []
 
     def candidates(self, registry: Any, anchor: ModelRef) -> list[str]:
-        """The checkpoints the meta-game is played among: those with entry_games games, or with
-        exact payoffs, those whose payoffs the run has computed (every pair among them has one)."""
+        """The checkpoints the meta-game is played among. With exact payoffs, those whose payoffs
+        the run has computed (every pair among them has one). From play, every pair among them has
+        pair_games games: the last meta-game's members stay (those with entry_games games), and a
+        checkpoint with entry_games games enters (oldest first) once it has pair_games games with
+        every member, or, when it is no longer the anchor (its row cannot grow any more: every
+        training game seats the anchor), with every member of the last Nash mixture's support, every
+        member newer than itself and every checkpoint entered before it in this pass; the older
+        members it has not met (outside the support: not drawn) leave."""
         pool = entered(registry.checkpoints() or [anchor], self.options.phase)
         first = pool[0].uid
         if self.options.payoff == "exact":
             return [first] + [r.uid for r in pool[1:] if registry.exact_payoff(r.uid, first) is not None]
-        members: list[str] = []  # oldest first, each with pair_games games against every earlier member
-        for r in pool:
-            if registry.get(r.uid).games >= self.options.entry_games and all(
-                    registry.match_count(r.uid, m) >= self.options.pair_games for m in members):
-                members.append(r.uid)
-        return members or [first]
+        order = {r.uid: k for k, r in enumerate(pool)}
+        ready = {r.uid for r in pool if registry.get(r.uid).games >= self.options.entry_games}
+        members = [m for m in self.members if m in ready]  # the fallback of a meta-game without any stays out
+        required = [m for m, w in zip(self.members, self.weights, strict=False) if w > 0 and m in members] or list(members)
 
-    def unmet(self, registry: Any, anchor: ModelRef) -> list[ModelRef]:
-        """With payoffs from play, the members of the population (the base model and the entered
+        def met(a: str, b: str) -> bool:
+            return registry.match_count(a, b) >= self.options.pair_games
+
+        for r in pool:
+            uid = r.uid
+            if uid in members or uid not in ready:
+                continue
+            newer = [m for m in members if order[m] > order[uid]]
+            if all(met(uid, m) for m in members) or (uid != anchor.uid and all(met(uid, m) for m in required + newer)):
+                members = [m for m in members if met(uid, m)] + [uid]
+                required.append(uid)
+        return sorted(members, key=order.__getitem__) or [first]
+
+    def unmet(self, registry: Any, anchor: ModelRef) -> list[list[ModelRef]]:
+        """With payoffs from play, the population's members (the base model and the entered
         checkpoints) that the anchor, when it is one of them, has played fewer than pair_games
-        games with: the pairs its row of the meta-game still lacks."""
+        games with, grouped in the order it is seated against them: the members of the meta-game's
+        Nash support, then its other members (the anchor's row), then the checkpoints not in it
+        that are newer than every member but the anchor (replaced before they entered: their pairs
+        with the anchor, the only ones a training game can still fill)."""
         if self.options.payoff == "exact":
             return []
         pool = entered(registry.checkpoints() or [anchor], self.options.phase)
         if anchor.uid not in {r.uid for r in pool}:
             return []
-        return [r for r in pool if r.uid != anchor.uid and registry.match_count(anchor.uid, r.uid) < self.options.pair_games]
+        short = [r for r in pool if r.uid != anchor.uid and registry.match_count(anchor.uid, r.uid) < self.options.pair_games]
+        support = {m for m, w in zip(self.members, self.weights, strict=False) if w > 0}
+        order = {r.uid: k for k, r in enumerate(pool)}
+        newest = max((order[m] for m in self.members if m in order and m != anchor.uid), default=-1)
+        tiers = [[r for r in short if r.uid in support], [r for r in short if r.uid in self.members and r.uid not in support],
+                 [r for r in short if r.uid not in self.members and order[r.uid] > newest]]
+        return [t for t in tiers if t]
+
+    def warn_incomplete(self, registry: Any, anchor: ModelRef) -> None:
+        """As the next checkpoint is seated, a checkpoint that did not enter the meta-game: the
+        members it left without pair_games games and the training games a full row takes (a
+        warning the first time, then at info level)."""
+        if not seated(anchor):
+            return
+        previous, self.anchor = self.anchor, anchor.uid
+        if previous is None or previous == anchor.uid or previous not in registry.entries or previous in self.members:
+            return
+        short = [m for m in self.members if registry.match_count(previous, m) < self.options.pair_games]
+        if short:
+            log.log(
+                logging.INFO if self.warned else logging.WARNING,
+                "psro: %s is no longer current and has fewer than pair_games = %d games with %d of the meta-game's %d "
+                "members (%s): not in the meta-game; a full row takes %d training games as current. It enters once it "
+                "has met the Nash support's members (the current checkpoint is seated against it after its own row); a "
+                "larger training.save_every or a smaller pair_games keeps every row full", previous,
+                self.options.pair_games, len(short), len(self.members), ", ".join(short),
+                self.options.pair_games * len(self.members))
+            self.warned = True
 
     def solve(self, registry: Any, anchor: ModelRef) -> None:
         members = self.candidates(registry, anchor)
@@ -216,6 +272,8 @@ class PSROSampler:
     def stale(self, registry: Any, anchor: ModelRef) -> bool:
         if self.solved_at is None or any(uid not in registry.entries for uid in self.members):
             return True
+        if self.options.payoff != "exact" and seated(anchor) and anchor.uid != self.anchor:  # the last one's row is final
+            return True
         if self.options.payoff == "exact":  # exact payoffs change only when a checkpoint's are computed
             members = self.candidates(registry, anchor)
             if self.options.meta_solver == "least" and members == self.members:  # ... or their least mixture
@@ -226,6 +284,8 @@ class PSROSampler:
     def sample(self, env: EnvSpec, anchor: ModelRef, num_seats: int, registry: Any, rng: random.Random) -> list[ModelRef]:
         if self.stale(registry, anchor):
             self.solve(registry, anchor)
+        if self.options.payoff != "exact":
+            self.warn_incomplete(registry, anchor)
         if self.options.output == "least" and len(self.members) > 1:
             least = registry.least_exploitable(self.members)
             if least is not None:  # the run computes it right after the payoffs: until then the last one
@@ -238,7 +298,7 @@ class PSROSampler:
             if chosen is None and newcomers and rng.random() < self.options.explore:
                 chosen = rng.choice(newcomers)
             if chosen is None and unmet:  # the anchor's missing pairs first
-                chosen = rng.choice(unmet)
+                chosen = rng.choice(unmet[0])
             if chosen is None:
                 chosen = registry.get(rng.choices(self.members, weights=self.draws)[0]).ref
             out.append(chosen)
@@ -246,12 +306,19 @@ class PSROSampler:
 
     def state_dict(self) -> dict[str, Any]:
         return {"members": list(self.members), "weights": list(self.weights), "draws": list(self.draws),
-                "solved_at": self.solved_at, "least": dict(self.least)}
+                "solved_at": self.solved_at, "least": dict(self.least), "anchor": self.anchor}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.members, self.weights, self.solved_at = list(state["members"]), list(state["weights"]), state["solved_at"]
         self.draws = list(state.get("draws", self.weights))  # a state saved before spread existed
         self.least = {str(uid): float(w) for uid, w in state.get("least", {}).items()}
+        self.anchor = state.get("anchor")
+
+
+def seated(anchor: ModelRef) -> bool:
+    """Whether ``anchor`` is a member of the population (the learner's checkpoint or the base
+    model), not a fixed opponent anchoring a tournament game."""
+    return anchor.kind in ("checkpoint", "base")
 
 
 def total_games(registry: Any) -> int:
