@@ -261,7 +261,7 @@ class ModelSamplerContract(ComponentContract):
         """The registry every check hands the sampler (a fresh one each time); override to shape it."""
         return population_registry(self.population_checkpoints, self.population_games)
 
-    def draw(self, sampler: Any, env: EnvSpec, anchor: ModelRef, num_seats: int, registry: Any, rng: random.Random) -> Any:
+    def draw(self, sampler: Any, env: EnvSpec, anchor: Any, num_seats: int, registry: Any, rng: random.Random) -> Any:
         """``sampler.sample(...)`` with the global ``random``'s functions made to fail."""
         from unittest import mock
 
