@@ -231,8 +231,9 @@ def test_importance_sampling_weighs_every_row_of_a_choice_step_by_the_chosen_ans
     """With importance sampling, a step answered among choices is corrected by pi(c) / pi_old(c),
     pi the model's probability renormalised over the whole offered answers (as the backend drew
     it; pi_old the backend's ``choice_probabilities``), truncated at ``is_cap``, on every row of
-    the step: the rows' gradient is rho times their uncorrected one (the rows' step is
-    A * grad log pi(c) by the tests above, so the step is rho * A * grad log pi(c)). rho by hand
+    the step: the rows' gradient is rho times the uncorrected one of rows drawn with the model's own
+    probabilities (the rows' step is A * grad log pi(c) by the tests above, so the step is
+    rho * A * grad log pi(c)). rho by hand
     from full logits; the rows each in a chunk of their own, beside a plain step whose tokens keep
     their own ratios. Answered with the probabilities the model gives, rho is 1."""
     import torch
@@ -280,7 +281,9 @@ def test_importance_sampling_weighs_every_row_of_a_choice_step_by_the_chosen_ans
     assert len(rows) == 3 and [bool(r.turn.logprobs) for r in rows] == [False, False, True]
     rho = min(pi[chosen] / pi_old[chosen], cap)
     corrected, stats = gradient(rows + [plain], True)
-    uncorrected, _ = gradient(rows, False)
+    # the rows' step with the baseline of the policy at the update's start (the model's pi), which
+    # the learner re-forms the drawn rows' advantages with
+    uncorrected, _ = gradient(expand_choices([decision(pi, 0)]), False)
     alone, _ = gradient([plain], True)  # the plain step's own part, its tokens' ratios
     for c, u, a in zip(corrected, uncorrected, alone):
         close(c, rho * u * 3 / 4 + a / 4)  # a batch of 4 rows, of 3 and of 1
@@ -292,3 +295,120 @@ def test_importance_sampling_weighs_every_row_of_a_choice_step_by_the_chosen_ans
     plain_rows, _ = gradient(on_policy, False)
     for c, u in zip(same, plain_rows):
         close(c, u)
+
+
+def policy_gradient_rows(learner, rows):
+    """The gradient of the learner's loss over ``rows`` (one batch, each row a chunk of its own),
+    ``prepare_batch`` first, as an update's first pass computes it."""
+    import torch
+
+    learner.prepare_batch(rows)
+    total = [torch.zeros_like(p) for p in learner.params]
+    for index, row in enumerate(rows):
+        learner.chunk_index = index
+        loss, _ = learner.loss([row], batch_size=len(rows))
+        total = [t + g for t, g in zip(total, torch.autograd.grad(loss, learner.params))]
+    learner.chunk_index = 0
+    return total
+
+
+def drawn_decision(prompt, choices, chosen, probabilities, game, reward, learner):
+    """A step answered among ``choices`` with ``chosen`` drawn at ``probabilities``; its rollout
+    logprobs the model's own (so that only the choice's ratio moves the weights)."""
+    import torch
+
+    from unstable_core import Step, Turn
+
+    with torch.no_grad():
+        logprobs = [float(full_logprob(learner, prompt + choices[chosen][:j], [t])) for j, t in enumerate(choices[chosen])]
+    turn = Turn(player_id=0, observation="o", prompt="p", prompt_token_ids=prompt, completion="c",
+                completion_token_ids=choices[chosen], logprobs=logprobs, action="[a]", format_ok=True,
+                choice_token_ids=choices, choice_probabilities=probabilities)
+    return Step(env_id="E", game_idx=game, player_id=0, turn_index=0, num_turns=1, turn=turn, final_reward=reward,
+                reward=reward)
+
+
+@pytest.mark.parametrize("mass", [0.0, 0.4])
+def test_off_policy_choice_rows_take_rho_times_the_renormalised_policy_s_gradient(reinforce_learner, mass):
+    """Drawn with pi_old far from the model's pi, the rows of a decision with importance sampling
+    take rho * (A * grad log pi(c) + mass * grad log sum_a p(a)) / max_generation_len, rho = pi(c) / pi_old(c)
+    (p(a) at the deciding position: the answers' shared first token is the rows' prompt), against
+    autograd of that expression from full float64 logits: the rows' baseline is re-formed with pi
+    at the update's start (with pi_old's it is A * (grad log p(c) - sum_a pi_old(a) grad log p(a)))."""
+    import torch
+
+    from unstable_core import expand_choices
+
+    learner = reinforce_learner
+    learner.options = learner.options.model_copy(update={"is_cap": 10.0, "importance_sampling": True, "mini_batch_size": 8})
+    prompt, choices, chosen, A = [5, 6, 7], [[21, 30], [21, 31], [21, 34]], 2, 1.3  # each row: its deciding token
+    logq = torch.stack([full_logprob(learner, prompt, c) for c in choices])
+    with torch.no_grad():
+        pi = torch.softmax(logq, 0).tolist()
+    pi_old = [0.6, 0.25, 0.15]
+    rho = pi[chosen] / pi_old[chosen]
+    # the offered answers' total, at the deciding position: the shared [21] is the rows' prompt, never trained
+    total = torch.logsumexp(logq, 0) - full_logprob(learner, prompt, [21])
+    objective = rho * (A * torch.log_softmax(logq, 0)[chosen] + mass * total)
+    want = torch.autograd.grad(objective, learner.params, allow_unused=True)
+    rows = expand_choices([drawn_decision(prompt, choices, chosen, pi_old, 0, A, learner)], mass)
+    got = policy_gradient_rows(learner, rows)
+    assert max(float(w.abs().max()) for w in want if w is not None) > 1e-4
+    norm = learner.options.max_generation_len  # normalizer = "max_generation_len": each row's logprob / 6
+    for g, w in zip(got, want):
+        close(-g * norm, torch.zeros_like(g) if w is None else w)  # the loss is minus the objective
+
+
+def test_off_policy_choice_rows_cancel_where_every_answer_loses_alike(reinforce_learner):
+    """The review's counterexample: two answers drawn at (0.5, 0.5), the model now elsewhere, each
+    drawn once with advantage -1. The true expected step E_pi_old[rho * A * grad log pi(c)] =
+    A * sum_c pi(c) grad log pi(c) is 0; the two decisions' importance-weighted rows sum to 0 (with
+    pi_old's baseline they gave a nonzero step)."""
+    import torch
+
+    from unstable_core import expand_choices
+
+    learner = reinforce_learner
+    learner.options = learner.options.model_copy(update={"is_cap": 10.0, "importance_sampling": True, "mini_batch_size": 8})
+    prompt, choices = [5, 6, 7], [[21, 30], [21, 31]]
+    with torch.no_grad():
+        pi = torch.softmax(torch.stack([full_logprob(learner, prompt, c) for c in choices]), 0).tolist()
+    assert abs(pi[0] - 0.5) > 0.01  # the policy moved since the draw
+    steps = [drawn_decision(prompt, choices, c, [0.5, 0.5], c, -1.0, learner) for c in range(2)]
+    got = policy_gradient_rows(learner, expand_choices(steps))
+    one = policy_gradient_rows(learner, expand_choices(steps[:1]))  # one decision alone does move the weights
+    scale = max(float(g.abs().max()) for g in one)
+    assert scale > 1e-4
+    assert max(float(g.abs().max()) for g in got) <= 1e-9 * scale + 1e-12
+
+
+def test_prepare_runs_without_lora_dropout(tmp_path_factory):
+    """With lora.dropout = 0.5 and the model in training mode (as an update's passes run it), two
+    ``prepare_batch`` calls on one batch give the same per-step values (the choice ratios, of the
+    policy's own probabilities), and the model is back in training mode after each."""
+    torch = pytest.importorskip("torch")
+    from unstable_core import expand_choices
+    from unstable_hf.testing import build_fast_tiny
+    from unstable_reinforce.learner import ReinforceLearner
+    from unstable_reinforce.options import ReinforceOptions
+
+    path = build_fast_tiny(tmp_path_factory.mktemp("tiny-dropout"))
+    opts = ReinforceOptions(device="cpu", dtype="float64", lora={"rank": 4, "alpha": 8, "dropout": 0.5},
+                            importance_sampling=True, is_cap=10.0, max_generation_len=6)
+    learner = ReinforceLearner(opts, path, seed=0)
+    g = torch.Generator().manual_seed(4)
+    with torch.no_grad():
+        for name, p in learner.model.named_parameters():
+            if "lora_" in name:
+                p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.5)
+    rows = expand_choices([drawn_decision([5, 6, 7], [[21, 30], [21, 31], [21, 34]], 1, [0.3, 0.3, 0.4], 0, 1.0, learner)])
+    learner.model.train()
+    seen = []
+    for _ in range(2):
+        learner.prepare_batch(rows)
+        seen.append(learner.prepared.of(rows, "choice_ratio"))
+        assert learner.model.training
+    assert seen[0] == seen[1]
+    learner.model.eval()
+    learner.prepare_batch(rows)
+    assert learner.prepared.of(rows, "choice_ratio") == seen[0]  # and they are the eval-mode policy's

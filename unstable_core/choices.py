@@ -20,7 +20,13 @@ opposite sign are clipped at different ratios and that shared prefix would be pu
 A row also ends at its answer's deciding token (the first that no other choice shares): the tokens
 after it only spell the answer out.
 The rows' advantages are scaled by rows / steps, so that a learner that averages over its batch's
-rows takes the step that the steps' mean describes. A row of an answer not chosen carries that
+rows takes the step that the steps' mean describes. Each row keeps the step's advantage and the
+mass, so scaled (``Step.choice_advantage``, ``Step.choice_mass``): the baseline ``pi`` is the
+drawing policy's, and the rows' step is ``A * grad log pi(c)`` only while the learner's policy is
+that one; off-policy (importance sampling) ``A * grad log p(c) - A * sum_a pi_old(a) grad log p(a)``
+is not ``A * grad log pi(c)`` (two answers, pi_old (0.5, 0.5), pi (0.8, 0.2), A = -1 after either:
+the weighted rows' expected step is nonzero where the true one is 0), so ``reinforce`` re-forms
+each row's advantage with ``pi`` at the update's start. A row of an answer not chosen carries that
 answer's token ids (no rollout logprobs); its text fields stay the chosen turn's.
 
 That gradient leaves the offered answers' total probability ``sum_a p(a)`` free: nothing in it
@@ -56,11 +62,13 @@ def expand_choices(steps: list[Step], mass: float = 0.0) -> list[Step]:
             row_turn = turn.model_copy(update={"prompt_token_ids": prompt, "completion_token_ids": ids[shared:end],
                                                "logprobs": list(turn.logprobs[shared:end]) if mine else []})
             advantage = step.reward * (float(mine) - p) + mass * p
-            rows.append(step.model_copy(update={"turn": row_turn, "reward": advantage}))
+            rows.append(step.model_copy(update={"turn": row_turn, "reward": advantage, "choice_advantage": step.reward,
+                                                "choice_mass": mass}))
     if len(rows) == len(steps):
         return rows
     scale = len(rows) / len(steps)
-    return [row.model_copy(update={"reward": row.reward * scale}) for row in rows]
+    return [row.model_copy(update={"reward": row.reward * scale, **({} if row.choice_advantage is None else {
+        "choice_advantage": row.choice_advantage * scale, "choice_mass": row.choice_mass * scale})}) for row in rows]
 
 
 def common_prefix(sequences: list[list[int]]) -> int:

@@ -162,6 +162,12 @@ class Step(Model):
     group_id: int | None = Field(None, description="The group of games this step's game belongs to (the group's first "
                                  "game_idx; an ungrouped game is a group of one: its own game_idx).")
     group_index: int = Field(0, ge=0, description="Position of this step's game in its group.")
+    choice_advantage: float | None = Field(
+        None, description="On a row that `expand_choices` made of a step answered among choices: the step's advantage "
+        "times the batch's rows / steps. The row's reward is choice_advantage * ([its answer was drawn] - p) + "
+        "choice_mass * p, p its answer's choice probability; a learner whose policy moved since the draw re-forms it "
+        "with its own p (reinforce with importance_sampling).")
+    choice_mass: float = Field(0.0, description="On such a row: collection.choice_mass times the batch's rows / steps.")
 
 
 class Batch(Model):

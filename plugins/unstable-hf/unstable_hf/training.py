@@ -157,10 +157,16 @@ class LoraLearner:
         ``batch_sums``, called the same number of times on every rank."""
 
     def prepare_batch(self, steps: list[Step]) -> dict[str, float]:
-        """``prepare`` the batch (without grad): keep its per-step values for ``step_values``,
-        return its numbers."""
-        with torch.no_grad():
-            return self.prepared.split(steps, self.prepare(steps) or {})
+        """``prepare`` the batch (without grad, the model in eval mode: no LoRA dropout, so what it
+        computes is the policy's and the critic's own values; the mode it found is restored for
+        the passes): keep its per-step values for ``step_values``, return its numbers."""
+        training = self.model.training
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                return self.prepared.split(steps, self.prepare(steps) or {})
+        finally:
+            self.model.train(training)
 
     def batch_sums(self, values: list[float]) -> list[float]:
         """These numbers summed over the whole batch: data-parallel, each rank's (all-reduced in

@@ -11,7 +11,8 @@ with ``norm_i`` the constant ``max_generation_len`` (Dr. GRPO) or the sequence's
 ``importance_sampling`` each token's logprob is weighted by the truncated ratio
 ``min(exp(logp_0 - rollout_logp), is_cap)`` (detached), ``logp_0`` the logprob at the update's
 first pass; the rows of a step answered among choices (``expand_choices``) all by the decision's
-``min(pi(c) / pi_old(c), is_cap)`` instead (``choice_ratios``). ``update`` makes one optimizer step, or
+``min(pi(c) / pi_old(c), is_cap)`` instead (``choice_ratios``), their advantages' baseline re-formed
+with the policy at the update's start in place of the drawing policy's. ``update`` makes one optimizer step, or
 ``epochs`` steps over the same batch with ``clip_ratio``: then each token's term is PPO's clipped
 surrogate (Schulman et al. 2017)
 
@@ -59,7 +60,7 @@ class ReinforceLearner(LoraLearner):
             weight = torch.clamp(ratio, max=self.options.is_cap)
             stats["is_ratio_mean"] = float(ratio.mean())
             stats["is_clipped_frac"] = float((ratio > self.options.is_cap).float().mean())
-        advantages = packed.tensor([s.reward for s in steps], dtype=logp.dtype)
+        advantages = packed.tensor([self.choice_advantages.get(choice_row(s), s.reward) for s in steps], dtype=logp.dtype)
         if self.options.clip_ratio is not None:
             loss = -self.sequence_logprobs(packed, weight * self.clipped_surrogate(logp, advantages[packed.rows], stats)).sum() / batch_size
         else:
@@ -67,10 +68,14 @@ class ReinforceLearner(LoraLearner):
         stats["logp_mean"] = float(logp.detach().mean()) if logp.numel() else 0.0
         return loss, stats
 
+    choice_advantages: dict[tuple[int, int, int, tuple[int, ...]], float] = {}  # by choice_row; set by prepare
+
     def prepare(self, steps: list[Step]) -> dict[str, Any] | None:
         """With ``importance_sampling`` and steps answered among choices: ``choice_ratio``, the
         correction of each such decision on every one of its rows (``choice_ratios``; nan for the
-        other steps), and its mean over those rows, ``choice_ratio_mean``."""
+        other steps), and its mean over those rows, ``choice_ratio_mean``; and each row's advantage
+        re-formed with the policy at the update's start (``choice_advantages``)."""
+        self.choice_advantages = {}
         if not self.options.importance_sampling or not any(s.turn.choice_token_ids for s in steps):
             return None
         ratios = self.choice_ratios(steps)
@@ -83,13 +88,22 @@ class ReinforceLearner(LoraLearner):
         probability renormalised over the offered answers, under the policy at the update's start
         (every answer scored whole, its end token included, as the backend scored it) and as the
         backend drew it (``choice_probabilities``). The chosen row is the one with rollout
-        logprobs; a decision without one, and every other step, gets nan (the per-token ratio)."""
+        logprobs; a decision without one, and every other step, gets nan (the per-token ratio).
+
+        Each row of such a decision that carries its step's terms (``Step.choice_advantage``,
+        ``choice_mass``) gets in ``self.choice_advantages`` the advantage ``expand_choices`` gives
+        it, ``A * ([a = c] - pi_0(a)) + mass * pi_0(a)``, with ``pi_0`` (the update's start) where
+        the row's reward has the drawing policy's ``pi_old``: the rows' step is then
+        ``A * grad log pi(c) + mass * grad log sum_a p(a)`` at the update's start whatever
+        ``pi_old`` was, which the ratio corrects to the expected step under ``pi``; with
+        ``pi_old``'s baseline it is ``A * (grad log p(c) - sum_a pi_old(a) grad log p(a))``, whose
+        weighted expectation is not the policy's gradient once the policy moved."""
         out = [math.nan] * len(steps)
         decisions: dict[tuple[int, int, int], list[int]] = {}
         for i, s in enumerate(steps):
             if s.turn.choice_token_ids:
                 decisions.setdefault(step_key(s), []).append(i)
-        scored: list[tuple[list[int], int, float, list[Step]]] = []
+        scored: list[tuple[list[int], int, float, list[Step], list[list[int]]]] = []
         for rows in decisions.values():
             turn = steps[rows[0]].turn
             choices = [list(ids) for ids in turn.choice_token_ids]
@@ -104,21 +118,28 @@ class ReinforceLearner(LoraLearner):
             # the rows' prompt is the decision's prompt and the offered answers' shared prefix
             whole = [steps[rows[0]].model_copy(update={"turn": turn.model_copy(update={
                 "completion_token_ids": ids[shared:], "logprobs": []})}) for ids in choices]
-            scored.append((rows, c, turn.choice_probabilities[c], whole))
+            scored.append((rows, c, turn.choice_probabilities[c], whole, deciding))
         if not scored:
             return out
-        answers = [s for *_, whole in scored for s in whole]  # a decision's answers side by side: they share its prompt
+        answers = [s for *_, whole, _ in scored for s in whole]  # a decision's answers side by side: they share its prompt
         totals = []
         for chunk in self.chunks(answers):
             packed = self.pack(chunk)
             totals += packed.per_step(self.policy.completion_logprobs(packed).double()).tolist()
         at = 0
-        for rows, c, old, whole in scored:
+        for rows, c, old, whole, deciding in scored:
             logq = torch.tensor(totals[at : at + len(whole)], dtype=torch.float64)
             at += len(whole)
-            ratio = float(torch.exp(logq[c] - torch.logsumexp(logq, 0))) / old
+            start = torch.softmax(logq, 0).tolist()  # pi_0 of each offered answer
+            ratio = start[c] / old
             for i in rows:
                 out[i] = ratio
+                row = steps[i]
+                ids = list(row.turn.completion_token_ids)
+                if row.choice_advantage is not None and ids in deciding:
+                    a = deciding.index(ids)
+                    self.choice_advantages[choice_row(row)] = (row.choice_advantage * (float(a == c) - start[a])
+                                                               + row.choice_mass * start[a])
         return out
 
     def rollout_ratio(self, packed: Packed, logp: torch.Tensor) -> torch.Tensor:
@@ -148,3 +169,9 @@ class ReinforceLearner(LoraLearner):
             stats["ratio_mean"] = float(ratio.detach().mean())
             stats["clipped_frac"] = float((clipped.detach() < unclipped.detach()).float().mean())
         return torch.minimum(unclipped, clipped)
+
+
+def choice_row(step: Step) -> tuple[int, int, int, tuple[int, ...]]:
+    """What names a row of a decision answered among choices within a batch: its step (game, seat,
+    turn) and its answer's token ids (the rows of one decision share the step)."""
+    return (*step_key(step), tuple(step.turn.completion_token_ids))
