@@ -312,3 +312,47 @@ def test_psro_with_the_least_meta_solver_draws_from_the_members_least_exploitabl
     # the mixture psro drew from last: the least exploitable one of the members by then
     mixture = json.loads((run / "registry.json").read_text())["mixture"]
     assert list(mixture) in (members, members[:2])
+
+
+def test_exploitability_of_a_run_takes_its_game_names_its_checkpoint_and_counts_its_population(tiny, tmp_path):
+    """`unstable exploitability RUN_DIR` without --env measures the game the run played, says which
+    checkpoint it measured, counts every model of the population in a mixture (weight 0 ones too),
+    and warns when --env names a game the run did not play."""
+    import subprocess
+    import sys
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "unstable_core.cli", "exploitability", *map(str, args)],
+                              capture_output=True, text=True, timeout=300)
+
+    run = tmp_path / "run"
+    psro_run(tiny, run, 'model_sampler={name="mirror"}')  # base, ckpt-2, ckpt-4
+    done = cli(run)
+    assert done.returncode == 0, done.stderr
+    assert f"(ckpt-4) on {KUHN}: exploitability" in done.stdout and "is not the game" not in done.stderr
+    report = json.loads(cli(run, "--json").stdout)
+    assert report["checkpoint"] == "ckpt-4" and report["env"] == KUHN
+    assert json.loads(cli(run, "--checkpoint", "ckpt-2", "--json").stdout)["checkpoint"] == "ckpt-2"
+    least = cli(run, "--mixture", "least")
+    assert least.returncode == 0, least.stderr
+    members = json.loads(cli(run, "--mixture", "least", "--json").stdout)
+    assert members["population"] == 3
+    kept = len(members["members"])
+    assert least.stdout.startswith("least mixture of 3 models" + (f" ({kept} of weight > 0)" if kept < 3 else "") + " of ")
+    other = cli(run, "--env", "openspiel/leduc_poker", "--max-info-states", "10")
+    assert f"warning: --env openspiel/leduc_poker is not the game {run} played ({KUHN})" in other.stderr
+
+
+def test_exploitability_warns_when_nearly_every_answer_is_invalid_and_needs_the_game_without_a_run():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "unstable_core.cli", "exploitability", "garbage", "--env", KUHN],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "warning: garbage puts 100% of its probability on invalid answers" in done.stderr
+    quiet = subprocess.run([sys.executable, "-m", "unstable_core.cli", "exploitability", "random-valid", "--env", KUHN],
+                           capture_output=True, text=True, timeout=120)
+    assert quiet.returncode == 0 and "warning" not in quiet.stderr
+    bare = subprocess.run([sys.executable, "-m", "unstable_core.cli", "exploitability", "random-valid"],
+                          capture_output=True, text=True, timeout=120)
+    assert bare.returncode == 2 and "give the game with --env" in bare.stderr and "Traceback" not in bare.stderr
