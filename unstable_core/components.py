@@ -90,12 +90,14 @@ class ChosenComponents(dict[str, BaseModel]):
     (``training.colocate``: the learner shares the trained model's backend's accelerator),
     ``model`` (what the trained model's backend loads, or None), ``model_options`` (the trained
     model's own ``options``, ``[model] options``: e.g. a sampling temperature that overrides the
-    backend's) and ``executor`` (the chosen executor's name: with ``local`` every role runs on
-    this machine)."""
+    backend's), ``executor`` (the chosen executor's name: with ``local`` every role runs on
+    this machine) and ``answers`` (``collection.answers``: 'free' or 'choice')."""
 
     def __init__(self, options: Mapping[str, BaseModel], adapter: AdapterShape | None = None, colocate: bool = False,
-                 model: str | None = None, executor: str | None = None, model_options: Mapping[str, Any] | None = None) -> None:
+                 model: str | None = None, executor: str | None = None, model_options: Mapping[str, Any] | None = None,
+                 answers: str = "free") -> None:
         super().__init__(options)
+        self.answers = answers
         self.adapter = adapter
         self.colocate = colocate
         self.model = model

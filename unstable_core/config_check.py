@@ -177,7 +177,8 @@ def check_run(cfg: RunConfig, system: PluginSystem, source: str = "<config>") ->
     model = cfg.model_ref()
     chosen = ChosenComponents({key: opts for key, (_, opts) in resolved.items()}, adapter=adapter,
                               colocate=cfg.training.colocate, model=model.model if model is not None else None,
-                              executor=cfg.executor.name, model_options=model.options if model is not None else None)
+                              executor=cfg.executor.name, model_options=model.options if model is not None else None,
+                              answers=cfg.collection.answers)
     for key, (spec, opts) in resolved.items():
         if spec.check_run is not None:
             try:

@@ -136,10 +136,34 @@ def check_device(options: Any, components: ChosenComponents) -> None:
 
 
 def check_learner(options: LearnerOptions, components: ChosenComponents) -> None:
-    """``check_run`` of the learners built on ``LoraLearner``: ``check_device``, and the learner's
-    ``temperature`` equal to the one the trained model is sampled at (``check_temperature``)."""
+    """``check_run`` of the learners built on ``LoraLearner``: ``check_device``, the learner's
+    ``temperature`` equal to the one the trained model is sampled at (``check_temperature``), and
+    no importance sampling of choices drawn from a nucleus (``check_choice_nucleus``)."""
     check_device(options, components)
     check_temperature(options, components)
+    check_choice_nucleus(options, components)
+
+
+def check_choice_nucleus(options: LearnerOptions, components: ChosenComponents) -> None:
+    """With ``collection.answers = "choice"`` the backend draws among the offered answers with their
+    probabilities under its sampling, the top-p nucleus renormalised (``choosing.py``); a learner's
+    ``importance_sampling`` divides the learner's ``pi(c)``, of the full tempered softmax, by that:
+    with ``top_p`` below 1 the ratio is not 1 at identical weights (an answer outside the nucleus
+    has probability 0 there, one inside more than its softmax share; where every answer is outside
+    they are drawn alike). Refused, naming the keys; ``top_p = 1`` or no importance sampling pass."""
+    if components.answers != "choice" or not getattr(options, "importance_sampling", False):
+        return
+    inference = components.get("inference")
+    if "top_p" in components.model_options:
+        key, served = "model.options.top_p", components.model_options["top_p"]
+    elif inference is not None and isinstance(getattr(inference, "top_p", None), int | float):
+        key, served = "inference.top_p", inference.top_p
+    else:
+        return
+    if isinstance(served, int | float) and not isinstance(served, bool) and served < 1:
+        raise ValueError(f'importance_sampling with collection.answers = "choice" and {key} = {served}: the backend draws '
+                         f"the choices from the top-p nucleus, which the learner's pi(c) does not apply, so the ratios "
+                         f"would not be 1 at identical weights; set {key} = 1 or importance_sampling = false")
 
 
 def check_temperature(options: LearnerOptions, components: ChosenComponents) -> None:

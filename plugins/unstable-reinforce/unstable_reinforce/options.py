@@ -8,7 +8,9 @@ from unstable_hf.options import LearnerOptions
 class ReinforceOptions(LearnerOptions):
     model_config = ConfigDict(extra="forbid")
 
-    importance_sampling: bool = Field(False, description="Truncated importance-sampling correction from the rollout logprobs.")
+    importance_sampling: bool = Field(False, description="Truncated importance-sampling correction from the rollout logprobs "
+                                      "(with collection.answers = 'choice': the decision's pi(c) / pi_old(c) on each of its rows, "
+                                      "their baseline re-formed with pi; refused there with a top_p below 1).")
     is_cap: float = Field(2.0, gt=0, description="Cap of the per-token importance weight exp(new - rollout logprob).")
     epochs: int = Field(1, ge=1, le=32,
         description="Optimizer steps an update takes over its batch (PPO-style reuse; more than 1 needs clip_ratio). "
