@@ -158,3 +158,27 @@ def test_config_check_warns_when_evaluations_fall_between_checkpoints():
     assert line.startswith("training.eval_every = 8 is not a multiple of training.save_every = 5") and "(at step 8: ckpt-5)" in line
     assert "(at step 3: base)" in warnings(eval_every=3, save_every=5)[0]
     assert warnings(eval_every=10, save_every=5) == [] and warnings(eval_every=0, save_every=5) == []
+
+
+def test_off_a_terminal_the_last_evaluation_and_the_end_print_once(tmp_path):
+    """Piped (`unstable run ... 2>&1 | cat`), the console tracker's plain lines already hold each
+    evaluation and the run's last line: the command does not print them again on the same stream.
+    With stdout apart from stderr, stdout still gets the last evaluation."""
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "unstable_core.cli", "run", "examples/tournament.toml",
+               "--set", "collection.tournament_games=60"]
+    merged = subprocess.run([*command, "--run-dir", str(tmp_path / "a")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, timeout=120)
+    assert merged.returncode == 0, merged.stdout
+    lines = merged.stdout.splitlines()
+    evals = [line for line in lines if line.startswith("eval step")]
+    assert evals and len(evals) == len(set(evals)), merged.stdout
+    assert sum("completed" in line for line in lines) == 1, merged.stdout
+    apart = subprocess.run([*command, "--run-dir", str(tmp_path / "b")], capture_output=True, text=True, timeout=120)
+    assert apart.returncode == 0, apart.stderr
+    on_stdout = [line for line in apart.stdout.splitlines() if line.startswith("eval step")]
+    on_stderr = [line for line in apart.stderr.splitlines() if line.startswith("eval step")]
+    assert on_stdout and sorted(on_stdout) == sorted(on_stderr)  # one evaluation step: the same lines, once each
+    assert sum("completed" in line for line in apart.stderr.splitlines()) == 1

@@ -74,8 +74,24 @@ def run(config: str | None, overrides: tuple[str, ...], run_dir: str | None, res
         if job.plan.trains:
             click.echo(_resume_hint(job.run_dir), err=True)
         sys.exit(exc.exit_code)
-    _print_results(result.eval_records)
-    click.echo(f"{result.status}: {result.games_played} games, {result.learner_steps} learner steps -> {job.run_dir}", err=True)
+    from .dashboard.present import wrote_end
+
+    shown = wrote_end(sys.stderr)  # off a terminal the console tracker wrote each evaluation and the end there
+    if not (shown and _same_stream(sys.stdout, sys.stderr)):
+        _print_results(result.eval_records)
+    if not shown:
+        click.echo(f"{result.status}: {result.games_played} games, {result.learner_steps} learner steps -> {job.run_dir}", err=True)
+
+
+def _same_stream(a: Any, b: Any) -> bool:
+    """Whether two streams write to the same file or pipe (``2>&1``)."""
+    import os
+
+    try:
+        x, y = os.fstat(a.fileno()), os.fstat(b.fileno())
+    except (OSError, ValueError, AttributeError):  # io.UnsupportedOperation is an OSError and a ValueError
+        return a is b
+    return (x.st_dev, x.st_ino) == (y.st_dev, y.st_ino)
 
 
 def _resume_hint(run_dir: str) -> str:

@@ -16,6 +16,13 @@ from .state import DashboardState
 from .view import render, restart_line
 
 TICK_S = 1.0
+_ENDED: set[int] = set()  # ids of the streams a presenter of plain lines wrote a run's last line to
+
+
+def wrote_end(file: TextIO) -> bool:
+    """Whether a presenter of plain lines (no live view) wrote a run's evaluations and its last line
+    to ``file`` in this process (the CLI then does not repeat them there)."""
+    return id(file) in _ENDED
 
 
 def start_line(name: str, record: Mapping[str, Any]) -> str:
@@ -85,6 +92,7 @@ class Presenter:
             self.write(f"[{self.state.name}] {restart_line(record)}")
         elif kind == "end":
             self.write(end_line(self.state))
+            _ENDED.add(id(self.file))
         elif kind in ("summary", "train") and (self.last_line is None or self.state.time - self.last_line >= self.every_s):
             if self.state.games or self.state.step:
                 self.last_line = self.state.time

@@ -416,3 +416,19 @@ def test_a_cuda_device_without_a_gpu_is_refused_with_the_local_executor_only():
         check_device(Opts(device="cuda"), local)
         with pytest.raises(ValueError, match="CUDA GPU"):
             check_device(Opts(device=f"cuda:{torch.cuda.device_count()}"), local)
+
+
+def test_a_model_loaded_by_a_second_role_prints_no_second_pair_of_lines(tiny_path, tmp_path, capsys):
+    """The rollout role and the learner each load the model: off a terminal its loading lines show
+    once (the live dashboard still shows each load)."""
+    import shutil
+
+    from unstable_hf.loading import load_causal_lm
+    from unstable_hf.options import ModelLoadOptions
+
+    path = str(shutil.copytree(tiny_path, tmp_path / "model"))  # a path no test has loaded yet
+    load_causal_lm(path, ModelLoadOptions(device="cpu"))
+    first = [line for line in capsys.readouterr().err.splitlines() if path in line]
+    assert first == [f"unstable: loading {path} ...", *first[1:]] and len(first) == 2 and "done in" in first[1]
+    load_causal_lm(path, ModelLoadOptions(device="cpu"))
+    assert [line for line in capsys.readouterr().err.splitlines() if path in line] == []

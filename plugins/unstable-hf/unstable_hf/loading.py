@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -89,11 +90,18 @@ def load_tokenizer(path: str, options: ModelLoadOptions) -> Any:
     return tok
 
 
+_loaded: set[str] = set()  # paths load_causal_lm has loaded in this process
+_loaded_lock = threading.Lock()
+
+
 def load_causal_lm(path: str, options: ModelLoadOptions) -> Any:
     from transformers import AutoModelForCausalLM
 
     quiet_third_party()
-    with task(f"loading {path}"):
+    with _loaded_lock:  # each role loads the model: plain lines for the first load of a path only
+        first = path not in _loaded
+        _loaded.add(path)
+    with task(f"loading {path}", plain=first):
         model = AutoModelForCausalLM.from_pretrained(
             path, dtype=torch_dtype(options.dtype), trust_remote_code=options.trust_remote_code
         )
