@@ -215,3 +215,37 @@ def test_games_of_equal_value_give_exact_zeros_despite_rounding(baseline, scale)
     assert group_advantages(steps, baseline=baseline, scale=scale) == [0.0, 0.0, 0.0]
     apart = [step(i, v, 0) for i, v in enumerate([0.1, 0.1, 0.1 + 1e-9])]
     assert all(a != 0.0 for a in group_advantages(apart, baseline=baseline, scale=scale)[2:])
+
+
+def test_group_spread_by_hand():
+    """The reward spread of a batch's groups: the mean over groups of two or more games of the
+    population std of their game values, and the share of those groups with no spread (TRL's
+    frac_reward_zero_std); a group of one game has no spread to measure."""
+    from unstable_core.groups import group_spread
+
+    steps = [step(0, 1.0, 0), step(1, -1.0, 0),  # std 1
+             step(2, 0.1, 1), step(3, 0.1, 1), step(4, 0.1, 1),  # equal within rounding: std 0
+             step(5, 1.0, 2), step(5, 0.0, 2, turn=1), step(6, 0.5, 2), step(7, 1.0, 2),  # game 5 counts once: 0.5
+             step(8, 3.0)]  # ungrouped: a group of one game
+    figures = group_spread(steps)
+    third = (((0.5 - 2 / 3) ** 2 * 2 + (1 - 2 / 3) ** 2) / 3) ** 0.5
+    assert figures == pytest.approx({"group_reward_std_mean": (1.0 + 0.0 + third) / 3, "group_zero_std_frac": 1 / 3})
+    assert group_spread([step(0, 1.0), step(1, 2.0)]) == {}
+
+
+def test_a_grouped_run_logs_the_spread_of_each_batchs_groups(make_plugin_system, tmp_path):
+    import json
+    import statistics
+
+    job, _ = grouped_run(make_plugin_system, tmp_path)
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in records if r["type"] == "train"]
+    batches = job.roles.learner.learner.batches  # no sampling transform: the rewards the groups had
+    assert len(train) == len(batches) == 3
+    for record, batch in zip(train, batches):
+        values = defaultdict(lambda: defaultdict(list))
+        for s in batch.steps:
+            values[(s.group_id, s.player_id)][s.game_idx].append(s.reward)
+        spreads = [statistics.pstdev([statistics.fmean(v) for v in games.values()]) for games in values.values()]
+        assert record["group_reward_std_mean"] == pytest.approx(statistics.fmean(spreads), abs=1e-12)
+        assert record["group_zero_std_frac"] == pytest.approx(sum(s < 1e-12 for s in spreads) / len(spreads))

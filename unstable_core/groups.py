@@ -32,7 +32,7 @@ Baseline = Literal["mean", "leave-one-out"]
 Scale = Literal["none", "std"]
 Std = Literal["population", "sample"]
 
-__all__ = ["group_advantages", "group_keys"]
+__all__ = ["group_advantages", "group_keys", "group_spread"]
 
 
 def group_keys(steps: Sequence[Step]) -> list[Hashable]:
@@ -65,3 +65,28 @@ def group_advantages(steps: Sequence[Step], baseline: Baseline = "mean", scale: 
                     advantage = 0.0 if same else advantage / (spread + eps)
                 out[i] = advantage
     return out
+
+
+def group_spread(steps: Sequence[Step]) -> dict[str, float]:
+    """How much the games of each group differ, over the groups of two or more games (a group of
+    one has no spread to measure): ``group_reward_std_mean``, the mean of their population std of
+    game values, and ``group_zero_std_frac``, the share of them whose games all have the same value
+    (as ``group_advantages`` decides: such a group gives zero advantages; TRL's
+    ``frac_reward_zero_std``). Empty when no group has two games."""
+    games: dict[Hashable, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for s, key in zip(steps, group_keys(steps)):
+        games[key][s.game_idx].append(s.reward)
+    spreads, flat = [], 0
+    for by_game in games.values():
+        values = [math.fsum(rewards) / len(rewards) for rewards in by_game.values()]
+        if len(values) < 2:
+            continue
+        mean = math.fsum(values) / len(values)
+        if all(math.isclose(v, mean, rel_tol=1e-12, abs_tol=1e-12) for v in values):
+            flat += 1
+            spreads.append(0.0)
+        else:
+            spreads.append(math.sqrt(math.fsum((v - mean) ** 2 for v in values) / len(values)))
+    if not spreads:
+        return {}
+    return {"group_reward_std_mean": math.fsum(spreads) / len(spreads), "group_zero_std_frac": flat / len(spreads)}

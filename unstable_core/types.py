@@ -176,6 +176,8 @@ class Batch(Model):
     steps: list[Step]
     learner_version: int = Field(description="Learner version the batch is drawn for (number of updates so far).")
     dropped: int = Field(0, description="Steps dropped by the filter stage before this batch reached the learner.")
+    figures: dict[str, float] = Field(default_factory=dict, description="Figures of the drawn steps the run logs with "
+                                      "the update (grouped games: group_reward_std_mean, group_zero_std_frac).")
 
 
 class Checkpoint(Model):

@@ -171,6 +171,7 @@ class Driver:
         metrics.update({
             "staleness_mean": step - 1 - sum(versions) / len(versions), "staleness_max": float(step - 1 - min(versions)),
             "batch_steps": float(len(batch.steps)), "dropped": float(batch.dropped), "update_s": round(update_s, 6),
+            **batch.figures,
         })
         run.out.log(TrainRecord(step=step, time=run.out.now(), **metrics))
         self.check_logprob_gap(step, metrics)

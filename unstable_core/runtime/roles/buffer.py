@@ -2,7 +2,8 @@
 
 ``add(results)`` turns each finished game into steps with the final and step transforms applied
 (by the core, so a third-party buffer cannot forget them) and stores them; ``draw(n, version)``
-takes steps out, applies the sampling transforms, turns each step answered among choices into a
+takes steps out, measures the spread of their groups (``groups.group_spread``, logged with the
+update), applies the sampling transforms, turns each step answered among choices into a
 row per choice (``choices.py``: ``collection.answers = "choice"``) and drops the steps the learner declared
 useless (``LearnerSpec.drop_zero_advantage``, overridden by ``training.filter_zero_advantage``).
 """
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...choices import expand_choices
 from ...errors import ComponentError
+from ...groups import group_spread
 from ...state import load_into, state_of
 from ...types import Batch, GameResult, Step
 from ..building import Builder, guarded
@@ -62,11 +64,12 @@ class BufferRole:
         steps = guarded(self.label, "draw", self.buffer.draw, n)
         if not isinstance(steps, list) or not all(isinstance(s, Step) for s in steps):
             raise ComponentError(f"{self.label}: draw returned {type(steps).__name__}; expected a list of Step")
+        figures = group_spread(steps)  # the rewards the group baseline compares, before the sampling transforms
         steps = expand_choices(self.rewards.sampling(steps), self.choice_mass)  # answers drawn among choices: a row each
         if not self.drop_zero_advantage:
-            return Batch(steps=steps, learner_version=learner_version)
+            return Batch(steps=steps, learner_version=learner_version, figures=figures)
         keep = [s for s in steps if s.reward != 0.0]
-        return Batch(steps=keep, learner_version=learner_version, dropped=len(steps) - len(keep))
+        return Batch(steps=keep, learner_version=learner_version, dropped=len(steps) - len(keep), figures=figures)
 
     async def capacity(self) -> int:
         return self._capacity
