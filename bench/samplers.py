@@ -128,7 +128,6 @@ def main() -> None:
                 results.setdefault(sampler, []).append(read_run(run_dir))
         if not results:
             parser.error(f"--from: {args.read} holds no kept runs (SAMPLER-SEED folders with metrics.jsonl)")
-        args.seeds = max(map(len, results.values()))
     else:
         with tempfile.TemporaryDirectory() as scratch:
             root = args.out or Path(scratch)
@@ -165,8 +164,15 @@ def main() -> None:
     best = min(final, key=final.__getitem__)
     mirror = statistics.fmean(r["curves"]["latest"][steps[-1]] for r in results["mirror"]) if "mirror" in results else float("nan")
     game = next(iter(results.values()))[0]["env"]
+    counts = {sampler: len(runs) for sampler, runs in results.items()}  # seeds behind each row (--from: as kept)
+    others = "".join(f"; {s}: {n} seed{'s' if n != 1 else ''}" for s, n in counts.items() if s != best)
+    if counts[best] == 1:
+        print(f"best sampler {best} rests on one seed: one run, no range to weigh it against (--seeds 3 gives one){others}")
+    else:
+        print(f"best sampler {best}: {counts[best]} seeds{others}")
+    one = " (one seed: not a ranking)" if counts[best] == 1 else ""
     print(f"summary: game={game} best_sampler={best} best_exploitability={final[best]:.4f} "
-          f"mirror_exploitability={mirror:.4f} seeds={args.seeds}")
+          f"mirror_exploitability={mirror:.4f} seeds={counts[best]}{one}")
 
 
 if __name__ == "__main__":
