@@ -121,14 +121,11 @@ def test_each_kl_estimator_s_expected_gradient_is_the_exact_gradient_it_names(es
         assert not torch.allclose(expected, reverse, atol=1e-3) and not torch.allclose(expected, forward, atol=1e-3)
 
 
-def test_k1_score_with_per_completion_normalisation_is_refused_in_one_line_at_config_check(tmp_path):
+def test_k1_score_with_per_completion_normalisation_is_refused_in_one_line_at_config_check(tmp_path, capsys, monkeypatch):
     """k1-score's reward-to-go form is the gradient of KL(pi || ref) only when every token is divided
     by one constant; ``normalizer = "tokens"`` (1 / |y| per completion) is refused by the learner's
     check_run, one line naming both keys, and ``unstable config check`` exits 2 with it; the constant
     normaliser and k3 with per-token normalisation pass."""
-    import os
-    import subprocess
-    import sys
     from pathlib import Path
 
     from unstable_core import ChosenComponents
@@ -143,8 +140,11 @@ def test_k1_score_with_per_completion_normalisation_is_refused_in_one_line_at_co
     assert "\n" not in line and line.startswith('kl_estimator = "k1-score" with normalizer = "tokens"'), line
     example = Path(__file__).resolve().parents[3] / "examples" / "kuhn-tiny.toml"
     sets = ["learner.name=kl-reinforce", "learner.kl_estimator=k1-score", "learner.normalizer=tokens"]
-    run = subprocess.run([sys.executable, "-m", "unstable_core.cli", "config", "check", str(example),
-                          *[a for s in sets for a in ("--set", s)]], capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "NO_COLOR": "1"})
-    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
-    assert 'learner: kl_estimator = "k1-score" with normalizer = "tokens"' in run.stderr, run.stderr
+    from unstable_core.cli import main
+
+    monkeypatch.setenv("NO_COLOR", "1")
+    with pytest.raises(SystemExit) as exited:
+        main(["config", "check", str(example), *[a for s in sets for a in ("--set", s)]])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and "Traceback" not in err, err
+    assert 'learner: kl_estimator = "k1-score" with normalizer = "tokens"' in err, err
