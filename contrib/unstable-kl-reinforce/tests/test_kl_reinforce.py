@@ -126,7 +126,7 @@ def test_k1_score_with_per_completion_normalisation_is_refused_in_one_line_at_co
     by one constant; ``normalizer = "tokens"`` (1 / |y| per completion) is refused by the learner's
     check_run, one line naming both keys, and ``unstable config check`` exits 2 with it; the constant
     normaliser and k3 with per-token normalisation pass."""
-    from pathlib import Path
+    import os
 
     from unstable_core import ChosenComponents
     from unstable_kl_reinforce.options import KLReinforceOptions
@@ -138,7 +138,7 @@ def test_k1_score_with_per_completion_normalisation_is_refused_in_one_line_at_co
         spec.check_run(KLReinforceOptions(kl_estimator="k1-score", normalizer="tokens"), ChosenComponents({}))
     line = str(refused.value)
     assert "\n" not in line and line.startswith('kl_estimator = "k1-score" with normalizer = "tokens"'), line
-    example = Path(__file__).resolve().parents[3] / "examples" / "kuhn-tiny.toml"
+    example = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "examples", "kuhn-tiny.toml")
     sets = ["learner.name=kl-reinforce", "learner.kl_estimator=k1-score", "learner.normalizer=tokens"]
     from unstable_core.cli import main
 
