@@ -106,7 +106,8 @@ def _resume_hint(run_dir: str) -> str:
 
 
 def _print_results(records: list[Any]) -> None:
-    """The last evaluation: a table on a terminal, else whole lines (nothing cut or wrapped)."""
+    """The last evaluation: a table on a terminal, else whole lines (nothing cut or wrapped); the
+    model's mean return (chips for poker) and, where the run computed it, its exploitability."""
     from rich.table import Table
 
     if not records:
@@ -120,13 +121,17 @@ def _print_results(records: list[Any]) -> None:
             if r.step == last:
                 click.echo(eval_line(r.model_dump()))
         return
+    shown = [r for r in records if r.step == last]
+    exploit = any("exploitability" in r.policy for r in shown)  # where the run computed it (eval_policy_metrics)
     t = Table(title=f"evaluation (step {last})")
-    for col in ("env", "model", "opponent", "games", "win", "draw", "loss", "invalid"):
-        t.add_column(col)
-    for r in records:
-        if r.step == last:
-            t.add_row(r.env_id, r.model, r.opponent, str(r.games),
-                      *(f"{v:.2f}" for v in (r.win_rate, r.draw_rate, r.loss_rate, r.invalid_rate)))
+    for col in ("env", "model", "opponent", "games", "win", "draw", "loss", "invalid", "return",
+                *(["exploitability"] if exploit else [])):
+        t.add_column(col, no_wrap=col not in ("env", "model", "opponent"))
+    for r in shown:
+        t.add_row(r.env_id, r.model, r.opponent, str(r.games),
+                  *(f"{v:.2f}" for v in (r.win_rate, r.draw_rate, r.loss_rate, r.invalid_rate)),
+                  "-" if r.mean_return is None else f"{r.mean_return:+.2f}",
+                  *([f"{r.policy['exploitability']:.4f}" if "exploitability" in r.policy else "-"] if exploit else []))
     console.print(t)
 
 

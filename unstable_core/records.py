@@ -65,6 +65,10 @@ class EvalRecord(Record):
     loss_rate: float
     invalid_rate: float = Field(description="Games in which the model made an invalid move.")
     format_rate: float = Field(description="Turns with a well-formed answer.")
+    mean_return: float | None = Field(
+        None, description="The model's mean final reward from the env over the games that finished, before any reward "
+        "transform (chips for OpenSpiel's poker; +1 / 0 / -1 for TextArena's games). None in records written before it.",
+    )
     policy: dict[str, float] = Field(
         default_factory=dict, description="Exact policy metrics of the evaluated model on this env, when "
         "`collection.eval_policy_metrics` is on and the env's provider offers them (openspiel: exploitability, "

@@ -28,8 +28,10 @@ def eval_line(r: Mapping[str, Any]) -> str:
     for name, figures in sorted((r.get("mixtures") or {}).items()):
         if "exploitability" in figures:
             exploit += f", {name} mixture {figures['exploitability']:.4f}"
+    mean_return = f" return {r['mean_return']:+.2f}" if r.get("mean_return") is not None else ""
     return (f"eval step {r['step']} {r['env_id']} {r['model']} vs {r['opponent']}: win {r['win_rate']:.2f} "
-            f"draw {r['draw_rate']:.2f} loss {r['loss_rate']:.2f} invalid {r['invalid_rate']:.2f} ({r['games']} games{exploit})")
+            f"draw {r['draw_rate']:.2f} loss {r['loss_rate']:.2f} invalid {r['invalid_rate']:.2f}{mean_return} "
+            f"({r['games']} games{exploit})")
 
 
 def end_line(state: DashboardState) -> str:

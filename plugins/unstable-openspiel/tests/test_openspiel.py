@@ -68,6 +68,9 @@ def test_best_response_to_random_valid_wins_what_openspiel_says_it_is_worth(syst
     mean = sum(returns) / len(returns)
     se = math.sqrt(sum((r - mean) ** 2 for r in returns) / (len(returns) - 1) / len(returns))
     assert len(returns) > 1500 and abs(mean - expected) < 4 * se, (mean, expected, se)
+    # the evaluation record carries the same chips: its mean return over the games br played against random-valid
+    (record,) = [r for r in result.eval_records if r.model == "br" and r.opponent == "random-valid"]
+    assert record.games == len(returns) and record.mean_return == pytest.approx(mean, abs=1e-12)
 
 
 @pytest.mark.parametrize("game,kwargs", [("kuhn_poker", {}), ("leduc_poker", {}), ("liars_dice", {}), ("tic_tac_toe", {}),

@@ -159,7 +159,7 @@ def test_exact_policy_metrics_are_logged_per_env_and_model(tmp_path):
     tracker = build_component("tracker", "wandb", options, plugins=get_plugin_system(), run_dir=str(tmp_path))
     for opponent in ("random-valid", "cfr"):
         tracker.log(EvalRecord(step=0, time=0.0, env_id="openspiel/kuhn_poker", model="tiny", opponent=opponent, games=10,
-                               win_rate=0.5, draw_rate=0.0, loss_rate=0.5, invalid_rate=0.0, format_rate=1.0,
+                               win_rate=0.5, draw_rate=0.0, loss_rate=0.5, invalid_rate=0.0, format_rate=1.0, mean_return=-0.25,
                                policy={"exploitability": 0.48, "nash_conv": 0.96},
                                mixtures={"uniform": {"exploitability": 0.21, "members": 5.0}, "meta": {"exploitability": 0.12}}))
     tracker.close()
@@ -170,6 +170,8 @@ def test_exact_policy_metrics_are_logged_per_env_and_model(tmp_path):
     assert [v for _, v in run.series("policy/openspiel_kuhn_poker/uniform-mixture/exploitability")] == [0.21, 0.21]
     assert [v for _, v in run.series("policy/openspiel_kuhn_poker/uniform-mixture/members")] == [5.0, 5.0]
     assert [v for _, v in run.series("policy/openspiel_kuhn_poker/meta-mixture/exploitability")] == [0.12, 0.12]
+    # the mean return (chips) per opponent row, beside the win rate
+    assert [v for _, v in run.series("eval/openspiel_kuhn_poker/tiny/random-valid/mean_return")] == [-0.25]
 
 
 def test_the_logprob_gap_is_charted_and_the_summary_keeps_its_largest(tmp_path):

@@ -122,6 +122,8 @@ class WandbTracker:
         model = key_part(r.model) if not self.training else "policy"
         base = f"eval/{key_part(r.env_id)}/{model}/{key_part(r.opponent)}"
         data = {"learner_step": r.step, **{f"{base}/{k}": getattr(r, k) for k in RATES}, f"{base}/games": r.games}
+        if r.mean_return is not None:  # the env's reward, chips for poker
+            data[f"{base}/mean_return"] = r.mean_return
         if self.training:  # the checkpoint that played: with eval_every not a multiple of save_every, an earlier one
             data[f"{base}/checkpoint_step"] = int(r.model.split("-")[-1]) if r.model.startswith("ckpt-") else 0
         # exact policy metrics are the model's on the env, whatever the opponent

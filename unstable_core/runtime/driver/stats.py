@@ -91,14 +91,14 @@ class OutcomeAggregator:
     With an ``anchor`` uid (evaluation) only the anchor's seat is counted against the other seat;
     without one (tournament) every seat is counted against every other distinct agent."""
 
-    FIELDS = ("games", "win", "draw", "loss", "invalid", "turns", "format_ok", "failed")
+    FIELDS = ("games", "win", "draw", "loss", "invalid", "turns", "format_ok", "failed", "return_sum")
     _OUTCOME_COLUMN = {"win": 1, "draw": 2, "loss": 3}
 
     def __init__(self, anchor: str | None) -> None:
         self.anchor = anchor
-        self.stats: dict[tuple[str, str, str], list[int]] = {}
+        self.stats: dict[tuple[str, str, str], list[float]] = {}  # counts, and the sum of the seat's final rewards
 
-    def _row(self, key: tuple[str, str, str]) -> list[int]:
+    def _row(self, key: tuple[str, str, str]) -> list[float]:
         row = self.stats.get(key)
         if row is None:
             row = self.stats[key] = [0] * len(self.FIELDS)
@@ -125,6 +125,7 @@ class OutcomeAggregator:
                 fmt = 0
                 for t in turns:
                     fmt += t.format_ok
+                reward = float(result.rewards.get(i, 0.0))
                 for opp in others:
                     row = self._row((env_id, uid, opp))
                     row[0] += 1
@@ -132,6 +133,7 @@ class OutcomeAggregator:
                     row[4] += invalid
                     row[5] += len(turns)
                     row[6] += fmt
+                    row[8] += reward
             if self.anchor is not None:
                 break  # the evaluated model's first seat only
 
@@ -144,7 +146,8 @@ class OutcomeAggregator:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.anchor = state["anchor"]
-        self.stats = {tuple(key): list(row) for key, row in state["stats"]}
+        width = len(self.FIELDS)  # snapshots before return_sum: fewer columns
+        self.stats = {tuple(key): list(row) + [0] * (width - len(row)) for key, row in state["stats"]}
 
     def records(self, step: int, time: float = 0.0) -> list[EvalRecord]:
         out = []
@@ -152,7 +155,8 @@ class OutcomeAggregator:
             c = dict(zip(self.FIELDS, row))
             n = c["games"]
             out.append(EvalRecord(
-                step=step, time=time, env_id=env_id, model=uid, opponent=opp, games=n, failed=c["failed"],
+                step=step, time=time, env_id=env_id, model=uid, opponent=opp, games=int(n), failed=int(c["failed"]),
+                mean_return=c["return_sum"] / n if n else 0.0,
                 win_rate=c["win"] / n if n else 0.0,
                 draw_rate=c["draw"] / n if n else 0.0,
                 loss_rate=c["loss"] / n if n else 0.0,
