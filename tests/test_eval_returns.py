@@ -74,3 +74,18 @@ def test_the_final_table_on_a_terminal_shows_the_return_and_exploitability_where
     text = out.getvalue()
     assert "return" in text and "exploitability" in text and "openspiel/kuhn_poker" in text
     assert "+0.12" in text and "0.2468" in text and "-0.25" in text and "base" not in text  # the last step only
+
+
+def test_the_live_dashboards_evaluations_show_the_return_where_records_carry_it():
+    from unstable_core.dashboard.state import DashboardState
+    from unstable_core.dashboard.view import render_text
+
+    base = {"type": "eval", "time": 1.0, "env_id": "openspiel/kuhn_poker", "model": "ckpt-4", "opponent": "random-valid",
+            "games": 200, "win_rate": 0.49, "draw_rate": 0.0, "loss_rate": 0.51, "invalid_rate": 0.0, "format_rate": 1.0}
+    old = DashboardState()
+    old.add({**base, "step": 4})  # a record from before mean_return
+    assert "return" not in render_text(old, 120)
+    state = DashboardState()
+    state.add({**base, "step": 4, "mean_return": 0.1834})
+    text = render_text(state, 80)
+    assert "return" in text and "+0.18" in text

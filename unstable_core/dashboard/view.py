@@ -162,6 +162,10 @@ def eval_table(state: DashboardState, width: int) -> Any:
     rows = [[r["env_id"], r["model"], r["opponent"], str(r["step"]), str(r["games"]), *(f"{r[k]:.2f}" for k in RATES)]
             for r in latest]
     headers = ["env", "model", "opponent", "step", "games", *RATE_HEADERS]
+    if any(r.get("mean_return") is not None for r in latest):  # the env's reward (chips for poker); older records lack it
+        headers.append("return")
+        for row, r in zip(rows, latest):
+            row.append("-" if r.get("mean_return") is None else f"{r['mean_return']:+.2f}")
     if any("exploitability" in (r.get("policy") or {}) for r in latest):  # exact policy metrics: one more column
         headers.append("exploit")
         for row, r in zip(rows, latest):
