@@ -70,7 +70,7 @@ def test_the_final_table_on_a_terminal_shows_the_return_and_exploitability_where
                           policy={"exploitability": 0.2468}, **common),
                EvalRecord(env_id="KuhnPoker-v0-train", model="ckpt-4", opponent="random-valid", mean_return=-0.25, **common),
                EvalRecord(**{**common, "step": 0}, env_id="openspiel/kuhn_poker", model="base", opponent="random-valid")]
-    cli._print_results(records)
+    cli.print_results(records)
     text = out.getvalue()
     assert "return" in text and "exploitability" in text and "openspiel/kuhn_poker" in text
     assert "+0.12" in text and "0.2468" in text and "-0.25" in text and "base" not in text  # the last step only

@@ -78,7 +78,7 @@ def run(config: str | None, overrides: tuple[str, ...], run_dir: str | None, res
 
     shown = wrote_end(sys.stderr)  # off a terminal the console tracker wrote each evaluation and the end there
     if not (shown and _same_stream(sys.stdout, sys.stderr)):
-        _print_results(result.eval_records)
+        print_results(result.eval_records)
     if not shown:
         click.echo(f"{result.status}: {result.games_played} games, {result.learner_steps} learner steps -> {job.run_dir}", err=True)
 
@@ -105,7 +105,7 @@ def _resume_hint(run_dir: str) -> str:
     return f"go on with: unstable run --resume {shlex.quote(str(run_dir))}  ({where})"
 
 
-def _print_results(records: list[Any]) -> None:
+def print_results(records: list[Any]) -> None:
     """The last evaluation: a table on a terminal, else whole lines (nothing cut or wrapped); the
     model's mean return (chips for poker) and, where the run computed it, its exploitability."""
     from rich.table import Table
