@@ -16,7 +16,11 @@ PINNED_WEIGHTS = {
     "tiny:KuhnPoker-v0-train?sft_steps=150": "c786c719fe2f417b21d0009975fbfda2f40b249a1c9cb7b9d9538249937e3a13",
     "tiny:openspiel/kuhn_poker?sft_agent=cfr&sft_backend=openspiel&sft_targets=policy&sft_mix=0.2&sft_steps=3000":
         "e362d64f6a8eb55e4705e4c60ae0c29c93230b540ba35c2989f55fd324403517",
+    "tiny:openspiel/leduc_poker?sft_agent=cfr:200&sft_backend=openspiel&sft_targets=policy&sft_mix=0.2&sft_steps=600":
+        "3948c89ffb7af83bb2736e873808ae08e47b3237136a5d0261ba7ce0cd64c7ce",
 }
+#: examples whose tiny model builds on the machine (docs/reproducing.md says why)
+NOT_SHIPPED = {"tictactoe-tiny.toml"}
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 KUHN = "tiny:KuhnPoker-v0-train?sft_steps=150"
 
@@ -40,10 +44,10 @@ def test_the_shipped_builds_are_the_pinned_ones_and_whole():
 
 
 @pytest.mark.skipif(not EXAMPLES.is_dir(), reason="the examples are beside a checkout only")
-def test_the_kuhn_examples_use_shipped_builds():
-    specs = {tomllib.loads(p.read_text()).get("model", {}).get("model", "") for p in EXAMPLES.glob("*kuhn*.toml")}
-    tiny = {s for s in specs if s.startswith("tiny")}
-    assert tiny and all(TinySpec.parse(s).key() in shipped.manifest() for s in tiny), tiny
+def test_the_examples_use_shipped_builds():
+    specs = {p.name: tomllib.loads(p.read_text()).get("model", {}).get("model", "") for p in EXAMPLES.glob("*.toml")}
+    tiny = {name: s for name, s in specs.items() if s.startswith("tiny") and name not in NOT_SHIPPED}
+    assert len(tiny) >= 6 and {n for n, s in tiny.items() if TinySpec.parse(s).key() not in shipped.manifest()} == set()
 
 
 def test_a_shipped_spec_is_installed_not_built(tmp_path, no_build):
