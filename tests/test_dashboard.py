@@ -319,3 +319,60 @@ def test_an_evaluation_shows_its_games_in_a_live_header_and_prints_no_lines(make
     capsys.readouterr()
     unstable_core.run(cfg, run_dir=tmp_path / "plain", plugins=system)
     assert "evaluating" not in capsys.readouterr().err
+
+
+def _eval(step, env, model, opponent):
+    return {"type": "eval", "step": step, "time": float(step), "env_id": env, "model": model, "opponent": opponent, "games": 10,
+            "win_rate": 0.5, "draw_rate": 0.0, "loss_rate": 0.5, "invalid_rate": 0.0, "format_rate": 1.0}
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_the_evaluations_table_says_how_many_rows_it_cut(width):
+    """Eight evaluation rows are shown (the newest); the table's title says how many more there are."""
+    start = {"type": "start", "name": "x", "mode": "tournament", "total": 10, "run_dir": "r"}
+    opponents = [f"opp-{i}" for i in range(11)]
+    state = folded([start, *(_eval(i, "kuhn", "m", o) for i, o in enumerate(opponents))])
+    text = render_text(state, width)
+    shown = [o for o in opponents if any(o in line.split() for line in text.splitlines())]
+    assert sorted(shown) == sorted(opponents[-8:])  # the newest eight
+    assert "+3 more" in text and max(len(line) for line in text.splitlines()) <= width
+    assert "more" not in render_text(folded([start, *(_eval(i, "kuhn", "m", o) for i, o in enumerate(opponents[:8]))]), width)
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_ratings_show_each_models_games_and_how_many_models_they_cut(width):
+    ratings = {f"m{i}": {"mu": 20.0 + i, "sigma": 2.0} for i in range(12)}
+    games = {f"m{i}": 100 + 7 * i for i in range(12)}
+    state = folded([{"type": "start", "name": "x", "mode": "tournament", "total": 10, "run_dir": "r"},
+                    {"type": "ratings", "step": 0, "time": 1.0, "games": 500, "ratings": ratings, "model_games": games}])
+    text = render_text(state, width)
+    assert max(len(line) for line in text.splitlines()) <= width
+    for rank, i in enumerate(range(11, 1, -1), 1):  # the best ten, each with its games after its rating
+        assert ratings_row(text, rank, f"m{i}") == [str(rank), f"m{i}", f"{20.0 + i:.1f}", "±", "2.0", str(games[f"m{i}"])]
+    assert "ratings (+2 more)" in text and "m1" not in text.split() and "m0" not in text.split()
+    older = render_text(folded([{"type": "ratings", "step": 0, "time": 1.0, "games": 5, "ratings": {"a": {"score": 0.5}}}]), width)
+    assert ratings_row(older, 1, "a") == ["1", "a", "0.50"]  # records without counts: no column
+    assert "more" not in older
+
+
+def ratings_row(text, rank, uid):
+    """The cells of a ratings row (the one with a bar), bar and what stands beside it left out."""
+    (line,) = [line for line in text.splitlines() if line.startswith(f"{rank} {uid} ") and "█" in line]
+    return line.split("█")[0].split()
+
+
+def test_ratings_records_carry_each_models_games_as_the_registry_counts_them(make_plugin_system, tmp_path):
+    import unstable_core
+    from unstable_core.testing import toy_config, toy_plugin
+
+    cfg = toy_config(training={"learning_steps": 3, "batch_size": 8, "save_every": 1})
+    assert unstable_core.run(cfg, run_dir=tmp_path / "r", plugins=make_plugin_system(toy_plugin)).status == "completed"
+    registry = json.loads((tmp_path / "r" / "registry.json").read_text())
+    records = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    last = [r for r in records if r["type"] == "ratings"][-1]
+    assert last["model_games"] == {m["uid"]: m["games"] for m in registry["models"]} and sum(last["model_games"].values()) > 0
+    text = render_text(folded(records), 120)
+    for uid, n in last["model_games"].items():
+        if last["ratings"].get(uid):
+            rank = [row[0] for row in folded(records).leaderboard(None)].index(uid) + 1
+            assert ratings_row(text, rank, uid)[-1] == f"{n:,}", (uid, n, text)

@@ -135,6 +135,8 @@ class RatingsRecord(Record):
     pairs: list[PairCount] = Field(default_factory=list, description=(
         "Games per pair of models (the match heatmap): the pairs whose counts changed since the previous ratings "
         "record, with their counts so far; a reader keeps each pair's latest (registry.json holds them all)."))
+    model_games: dict[str, int] = Field(default_factory=dict, description=(
+        "uid -> games the model has played (the registry's count; failed games are not counted)."))
 
 
 class GameRecord(Record):

@@ -44,6 +44,7 @@ class DashboardState:
         self.progress_origin: tuple[float, int] | None = None  # (time, done) when progress began
         self.evals: dict[tuple[str, str, str], dict[str, Any]] = {}  # (env, model, opponent) -> latest
         self.ratings: dict[str, dict[str, float]] = {}
+        self.model_games: dict[str, int] = {}  # uid -> games played (ratings records that carry it)
         self.pairs: dict[tuple[str, str], dict[str, Any]] = {}  # each pair's latest counts
         self.restarts: list[dict[str, Any]] = []  # the restart records, oldest first
 
@@ -95,6 +96,7 @@ class DashboardState:
 
     def _on_ratings(self, r: Mapping[str, Any]) -> None:
         self.ratings = {uid: dict(v) for uid, v in r["ratings"].items()}
+        self.model_games = {uid: int(n) for uid, n in (r.get("model_games") or {}).items()}
         self.pairs.update(((p["a"], p["b"]), dict(p)) for p in r.get("pairs") or [])  # the pairs that changed
 
     def _progress(self, time: float) -> None:
@@ -147,9 +149,9 @@ class DashboardState:
         seconds = sum(s for _, s in self.updates)
         return sum(t for t, _ in self.updates) / seconds if seconds > 0 else None
 
-    def leaderboard(self, limit: int) -> list[tuple[str, float, float | None]]:
-        """The top ``limit`` models: (uid, value, sigma or None), best first. The value is the
-        TrueSkill mu where the rater gives one, else its score, else its first number."""
+    def leaderboard(self, limit: int | None) -> list[tuple[str, float, float | None]]:
+        """The top ``limit`` models (None: all): (uid, value, sigma or None), best first. The value
+        is the TrueSkill mu where the rater gives one, else its score, else its first number."""
         rows = []
         for uid, numbers in self.ratings.items():
             if not numbers:

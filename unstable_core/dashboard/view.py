@@ -157,8 +157,14 @@ def collection_table(state: DashboardState, width: int) -> Any:
     return _table("collection (anchor seat)", ["mode", "env", "games", *RATE_HEADERS, "fmt", "turns"], rows, width, left=2)
 
 
+def more(title: str, cut: int) -> str:
+    """A table's title, with ``+N more`` when it shows only some of its rows."""
+    return f"{title} (+{cut} more)" if cut > 0 else title
+
+
 def eval_table(state: DashboardState, width: int) -> Any:
-    latest = state.latest_evals()[:EVAL_ROWS]
+    every = state.latest_evals()
+    latest = every[:EVAL_ROWS]  # the newest
     rows = [[r["env_id"], r["model"], r["opponent"], str(r["step"]), str(r["games"]), *(f"{r[k]:.2f}" for k in RATES)]
             for r in latest]
     headers = ["env", "model", "opponent", "step", "games", *RATE_HEADERS]
@@ -176,22 +182,28 @@ def eval_table(state: DashboardState, width: int) -> Any:
         for row, r in zip(rows, latest):
             value = ((r.get("mixtures") or {}).get(name) or {}).get("exploitability")
             row.append("-" if value is None else f"{value:.4f}")
-    return _table("latest evaluations", headers, rows, width, left=3)
+    return _table(more("latest evaluations", len(every) - len(latest)), headers, rows, width, left=3)
 
 
 def ratings_table(state: DashboardState, limit: int, bar_width: int, width: int) -> Any:
     from rich.text import Text
 
-    board = state.leaderboard(limit)
+    every = state.leaderboard(None)
+    board = every[:limit]
+    counts = state.model_games  # games per model, where the ratings records carry them
+    if counts:
+        bar_width = max(4, bar_width - 6)  # room for the games column
     rows = []
     if board:
         lo, hi = min(r[1] for r in board), max(r[1] for r in board)
         for i, (uid, value, sigma) in enumerate(board, 1):
             shown = f"{value:.1f} ± {sigma:.1f}" if sigma is not None else f"{value:.2f}"
             filled = bar_width if hi == lo else 1 + round((value - lo) / (hi - lo) * (bar_width - 1))
-            rows.append([f"{i} {uid}", shown, Text("█" * filled + " " * (bar_width - filled), style="cyan")])
-    t = _table("ratings", ["model", "rating", ""], rows, width)
-    t.columns[2].justify = "left"
+            games = [f"{counts[uid]:,}" if uid in counts else "-"] if counts else []
+            rows.append([f"{i} {uid}", shown, *games, Text("█" * filled + " " * (bar_width - filled), style="cyan")])
+    headers = ["model", "rating", *(["games"] if counts else []), ""]
+    t = _table(more("ratings", len(every) - len(board)), headers, rows, width)
+    t.columns[-1].justify = "left"
     return t
 
 

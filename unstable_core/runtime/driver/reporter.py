@@ -29,7 +29,7 @@ class Reporter:
         changed = [p for p in snapshot["pairs"] if state.reported_pairs.get((p["a"], p["b"])) != p["games"]]
         state.reported_pairs.update(((p["a"], p["b"]), p["games"]) for p in changed)
         run.out.log(RatingsRecord(step=state.step, time=now, games=state.games_played, ratings=snapshot["ratings"],
-                                  pairs=changed))
+                                  pairs=changed, model_games={m["uid"]: m["games"] for m in snapshot["models"]}))
 
     def publish_eval(self, records: list[EvalRecord]) -> None:
         for record in records:
