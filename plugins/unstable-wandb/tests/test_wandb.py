@@ -81,6 +81,8 @@ def test_offline_run_holds_the_logged_history(make_plugin_system, tmp_path):
     games = [row["games"] for row, _ in run.series("collection/games_per_s")]
     assert games == sorted(games) and games[-1] == records[-1]["games"]
     assert run.series("collection/train/PickBest-v0/win_rate_so_far") and run.series("ratings/random-valid/score")
+    ratings = [r for r in records if r["type"] == "ratings"]
+    assert [v for _, v in run.series("ratings/random-valid/games")] == [r["model_games"]["random-valid"] for r in ratings]
 
     # the transcripts table grows by increments: every turn of every sampled game, once
     increments = [row for row in run.history if row.get("transcripts/_type") == "incremental-table-file"]
@@ -89,10 +91,12 @@ def test_offline_run_holds_the_logged_history(make_plugin_system, tmp_path):
     rows = []
     for inc in increments:
         table = json.loads((run.path.parent / "files" / inc["transcripts/path"]).read_text())
-        assert table["columns"] == ["step", "env", "seed", "player", "prompt", "completion", "action", "reward"]
-        rows += table["data"]
-    assert sorted((r[2], r[3], r[6]) for r in rows) == sorted(
-        (g["seed"], t["player_id"], t["action"]) for g in transcripts for t in g["turns"])
+        assert table["columns"] == ["step", "mode", "env", "seed", "player", "model", "opponent", "prompt", "completion",
+                                    "action", "reward", "outcome"]
+        rows += [dict(zip(table["columns"], r)) for r in table["data"]]
+    assert sorted((r["mode"], r["seed"], r["player"], r["action"]) for r in rows) == sorted(
+        (g["mode"], g["seed"], t["player_id"], t["action"]) for g in transcripts for t in g["turns"])
+    assert {r["mode"] for r in rows} == {"train", "eval"}
 
 
 def test_learner_tokens_per_s_and_the_table_cap(make_plugin_system, tmp_path):
@@ -113,7 +117,7 @@ def test_learner_tokens_per_s_and_the_table_cap(make_plugin_system, tmp_path):
     assert run.exit_code == 130
     (table,) = [row for row in run.history if "transcripts/path" in row]
     data = json.loads((run.path.parent / "files" / table["transcripts/path"]).read_text())["data"]
-    assert [(r[2], r[3], r[7]) for r in data] == [(0, 0, 1.0), (0, 1, -1.0), (1, 0, 1.0), (1, 1, -1.0)]
+    assert [(r[3], r[4], r[10]) for r in data] == [(0, 0, 1.0), (0, 1, -1.0), (1, 0, 1.0), (1, 1, -1.0)]
 
 
 def test_a_failed_run_finishes_its_wandb_run_with_a_failure(make_plugin_system, tmp_path):
@@ -245,3 +249,60 @@ def test_wandb_prints_nothing_unless_verbose(make_plugin_system, tmp_path, monke
     unstable_core.run(cfg, run_dir=tmp_path / "verbose", plugins=make_plugin_system(toy_plugin, WANDB))
     read_offline_runs(tmp_path / "verbose")
     assert "wandb:" in capfd.readouterr().err
+
+
+def _transcript(seed, rewards, seats, outcome="finished", mode="eval"):
+    from unstable_core.records import TranscriptRecord, TranscriptTurn
+
+    turns = [TranscriptTurn(player_id=p, observation="obs", completion="c", action="[A]", format_ok=True, invalid=False)
+             for p in range(len(seats))]
+    return TranscriptRecord(step=2, time=0.0, game_idx=seed, mode=mode, env_id="openspiel/kuhn_poker", seed=seed,
+                            seats=[{"player_id": p, "uid": uid, "version": None} for p, uid in enumerate(seats)],
+                            rewards=rewards, outcome=outcome, turns=turns)
+
+
+def test_transcript_rows_carry_mode_model_opponent_and_outcome(tmp_path):
+    """Each row says which game mode it came from, which model played the turn, against whom, and
+    how the game ended for that player (win/draw/loss by the rewards; `failed` for a failed game)."""
+    from unstable_core import EndRecord, build_component, get_plugin_system
+
+    options = {k: v for k, v in wandb_config().items() if k != "name"}
+    tracker = build_component("tracker", "wandb", options, plugins=get_plugin_system(), run_dir=str(tmp_path))
+    games = [
+        _transcript(0, {0: 2.0, 1: -2.0}, ["ckpt-4", "cfr"]),
+        _transcript(1, {0: 0.0, 1: 0.0}, ["policy", "ckpt-2"], mode="train"),
+        _transcript(2, {0: -1.0, 1: 1.0, 2: 0.5}, ["a", "b", "c"]),
+        _transcript(3, {}, ["ckpt-4", "random-valid"], outcome="failed"),
+    ]
+    for game in games:
+        tracker.log(game)
+    tracker.log(EndRecord(status="completed"))
+    tracker.close()
+    (run,) = read_offline_runs(tmp_path)
+    (logged,) = [row for row in run.history if "transcripts/path" in row]
+    table = json.loads((run.path.parent / "files" / logged["transcripts/path"]).read_text())
+    rows = [dict(zip(table["columns"], r)) for r in table["data"]]
+    assert [(r["mode"], r["seed"], r["player"], r["model"], r["opponent"], r["outcome"]) for r in rows] == [
+        ("eval", 0, 0, "ckpt-4", "cfr", "win"), ("eval", 0, 1, "cfr", "ckpt-4", "loss"),
+        ("train", 1, 0, "policy", "ckpt-2", "draw"), ("train", 1, 1, "ckpt-2", "policy", "draw"),
+        ("eval", 2, 0, "a", "b, c", "loss"), ("eval", 2, 1, "b", "a, c", "win"), ("eval", 2, 2, "c", "a, b", "loss"),
+        ("eval", 3, 0, "ckpt-4", "random-valid", "failed"), ("eval", 3, 1, "random-valid", "ckpt-4", "failed"),
+    ]
+    assert [r["reward"] for r in rows[:2]] == [2.0, -2.0]
+
+
+def test_an_offline_run_ends_with_its_wandb_sync_command_once(make_plugin_system, tmp_path, capfd):
+    """An offline run prints the exact `wandb sync DIR` that uploads it, once, at its end; DIR is
+    the offline run's own folder (the one holding run-<id>.wandb). Online or disabled: no line."""
+    cfg = toy_config(trackers=[wandb_config()], training={"learning_steps": 2, "batch_size": 8})
+    assert unstable_core.run(cfg, run_dir=tmp_path / "run", plugins=make_plugin_system(toy_plugin, WANDB)).status == "completed"
+    (run,) = read_offline_runs(tmp_path / "run")
+    err = capfd.readouterr().err
+    commands = [line for line in err.splitlines() if "wandb sync" in line]
+    assert len(commands) == 1, err
+    assert commands[0].endswith(f"wandb sync {run.path.parent}")
+    assert run.path.name == f"run-{run.run_id}.wandb"
+
+    cfg = toy_config(trackers=[wandb_config(mode="disabled")], training={"learning_steps": 1, "batch_size": 8})
+    assert unstable_core.run(cfg, run_dir=tmp_path / "off", plugins=make_plugin_system(toy_plugin, WANDB)).status == "completed"
+    assert "wandb sync" not in capfd.readouterr().err

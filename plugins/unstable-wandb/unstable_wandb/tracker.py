@@ -22,10 +22,12 @@ record          logged as
                 far: ``win_rate_so_far``, ...) at ``games``
 ``restart``     ``executor/restarts`` (so far) and ``executor/restarted/<role>`` (1) at ``learner_step``;
                 the summary's count as ``collection/restarts``
-``ratings``     ``ratings/<model>/<number>`` at ``games``
-``transcript``  rows of the ``transcripts`` table (step, env, seed, player, prompt,
-                completion, action, reward), logged incrementally every ``table_every_s``
-``end``         ``finish(exit_code)``: 0 completed, 130 interrupted, 1 failed
+``ratings``     ``ratings/<model>/<number>`` and ``ratings/<model>/games`` (games it played) at ``games``
+``transcript``  rows of the ``transcripts`` table, one per turn (step, mode, env, seed, player, model,
+                opponent, prompt, completion, action, reward, outcome), logged incrementally every
+                ``table_every_s``
+``end``         ``finish(exit_code)``: 0 completed, 130 interrupted, 1 failed; an offline run then
+                prints the ``wandb sync DIR`` command that uploads it, once, on stderr
 =============== =======================================================================
 """
 
@@ -35,6 +37,7 @@ import json
 import os
 import secrets
 import string
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -46,13 +49,27 @@ from .options import WandbOptions
 
 RUN_ID_FILE = "wandb-run.json"
 EXIT_CODES = {"completed": 0, "interrupted": 130, "failed": 1}
-TABLE_COLUMNS: list[str | int] = ["step", "env", "seed", "player", "prompt", "completion", "action", "reward"]
+TABLE_COLUMNS: list[str | int] = ["step", "mode", "env", "seed", "player", "model", "opponent", "prompt", "completion",
+                                  "action", "reward", "outcome"]
 RATES = ("win_rate", "draw_rate", "loss_rate", "invalid_rate", "format_rate")
 
 
 def key_part(text: str) -> str:
     """A model or env name as one part of a W&B key ('/' separates sections)."""
     return str(text).replace("/", "_")
+
+
+def player_outcome(rewards: dict[int, float], player_id: int, game_outcome: str) -> str:
+    """How the game ended for one player: ``failed`` for a failed game, else win/draw/loss by
+    comparing its reward with the best other player's (one player alone: the sign of its reward),
+    as ``GameResult.outcomes`` counts it."""
+    if game_outcome == "failed":
+        return "failed"
+    if player_id not in rewards:
+        return "draw"
+    mine = rewards[player_id]
+    best_other = max((r for p, r in rewards.items() if p != player_id), default=0.0)
+    return "win" if mine > best_other else "loss" if mine < best_other else "draw"
 
 
 class WandbTracker:
@@ -153,14 +170,19 @@ class WandbTracker:
         data: dict[str, Any] = {"games": r.games}
         for uid, numbers in r.ratings.items():
             data.update({f"ratings/{key_part(uid)}/{k}": v for k, v in numbers.items()})
+        data.update({f"ratings/{key_part(uid)}/games": n for uid, n in r.model_games.items()})
         self.run.log(data)
 
     def _on_transcript(self, r: Any) -> None:
         if self.table is None or self.table_rows >= self.options.max_table_rows:
             return
+        uids = {int(seat["player_id"]): str(seat.get("uid")) for seat in r.seats}
         for turn in r.turns:
-            self.table.add_data(r.step, r.env_id, r.seed, turn.player_id, turn.observation, turn.completion, turn.action,
-                                r.rewards.get(turn.player_id))
+            model = uids.get(turn.player_id, "?")
+            opponent = ", ".join(uid for pid, uid in sorted(uids.items()) if pid != turn.player_id)
+            self.table.add_data(r.step, r.mode, r.env_id, r.seed, turn.player_id, model, opponent, turn.observation,
+                                turn.completion, turn.action, r.rewards.get(turn.player_id),
+                                player_outcome(r.rewards, turn.player_id, r.outcome))
             self.table_rows += 1
         if time.monotonic() - self.last_table_log >= self.options.table_every_s:
             self._log_table()
@@ -182,3 +204,12 @@ class WandbTracker:
         finally:
             run, self.run = self.run, None
             run.finish(exit_code=1 if self.exit_code is None else self.exit_code)
+            self._say_sync(run)
+
+    @staticmethod
+    def _say_sync(run: Any) -> None:
+        """An offline run's upload command, once, when it is finished: ``wandb sync DIR``."""
+        settings = getattr(run, "settings", None)
+        sync_dir = getattr(settings, "sync_dir", None)
+        if getattr(settings, "mode", None) == "offline" and sync_dir:
+            print(f"unstable: W&B run kept offline; upload it with: wandb sync {sync_dir}", file=sys.stderr, flush=True)
