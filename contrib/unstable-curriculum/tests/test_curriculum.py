@@ -1,5 +1,7 @@
 import random
 
+import pytest
+
 import unstable_core
 import unstable_curriculum.plugin as plugin
 from unstable_core import EnvSpec, load_plugins
@@ -108,6 +110,8 @@ def test_a_curriculum_whose_env_would_only_be_played_against_itself_is_refused()
     """An env on which every seat is the trained model (num_actors = num_players), or a run whose
     opponents are all the trained model itself (`mirror`), never scores: `config check` refuses
     it with one line naming the env sampler and the env, and exits 2."""
+    for needed in ("unstable_hf", "unstable_reinforce"):  # the main job's backend and learner (the full install)
+        pytest.importorskip(needed, reason="examples/kuhn-tiny.toml needs the hf and reinforce plugins")
     import subprocess
     import sys
     from pathlib import Path
