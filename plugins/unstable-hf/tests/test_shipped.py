@@ -25,6 +25,14 @@ EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 KUHN = "tiny:KuhnPoker-v0-train?sft_steps=150"
 
 
+def installed(spec: str) -> bool:
+    """Whether the env provider a spec's key names is installed (an OpenSpiel spec's key holds the
+    openspiel plugin's version; unstable-hf alone has only TextArena's)."""
+    import importlib.util
+
+    return not spec.startswith("tiny:openspiel/") or importlib.util.find_spec("unstable_openspiel") is not None
+
+
 @pytest.fixture
 def no_build(monkeypatch):
     def refuse(*args, **kwargs):
@@ -38,7 +46,8 @@ def test_the_shipped_builds_are_the_pinned_ones_and_whole():
     builds = shipped.manifest()
     assert {b.spec: b.files["model.safetensors"] for b in builds.values()} == PINNED_WEIGHTS
     for key, build in builds.items():
-        assert TinySpec.parse(build.spec).key() == key  # the cache key a run computes finds it
+        if installed(build.spec):
+            assert TinySpec.parse(build.spec).key() == key  # the cache key a run computes finds it
         assert shipped.mismatched(build.source, build.files) == []
         assert {"config.json", "model.safetensors", "tokenizer.json", "unstable_tiny.json"} <= set(build.files)
 
@@ -46,6 +55,8 @@ def test_the_shipped_builds_are_the_pinned_ones_and_whole():
 @pytest.mark.skipif(not EXAMPLES.is_dir(), reason="the examples are beside a checkout only")
 def test_the_examples_use_shipped_builds():
     specs = {p.name: tomllib.loads(p.read_text()).get("model", {}).get("model", "") for p in EXAMPLES.glob("*.toml")}
+    if not installed("tiny:openspiel/"):
+        pytest.skip("the OpenSpiel examples' keys need the openspiel plugin")
     tiny = {name: s for name, s in specs.items() if s.startswith("tiny") and name not in NOT_SHIPPED}
     assert len(tiny) >= 6 and {n for n, s in tiny.items() if TinySpec.parse(s).key() not in shipped.manifest()} == set()
 
