@@ -153,17 +153,24 @@ def check_choice_nucleus(options: LearnerOptions, components: ChosenComponents) 
     they are drawn alike). Refused, naming the keys; ``top_p = 1`` or no importance sampling pass."""
     if components.answers != "choice" or not getattr(options, "importance_sampling", False):
         return
-    inference = components.get("inference")
-    if "top_p" in components.model_options:
-        key, served = "model.options.top_p", components.model_options["top_p"]
-    elif inference is not None and isinstance(getattr(inference, "top_p", None), int | float):
-        key, served = "inference.top_p", inference.top_p
-    else:
+    if (found := served_option(components, "top_p")) is None:
         return
+    key, served = found
     if isinstance(served, int | float) and not isinstance(served, bool) and served < 1:
         raise ValueError(f'importance_sampling with collection.answers = "choice" and {key} = {served}: the backend draws '
                          f"the choices from the top-p nucleus, which the learner's pi(c) does not apply, so the ratios "
                          f"would not be 1 at identical weights; set {key} = 1 or importance_sampling = false")
+
+
+def served_option(components: ChosenComponents, name: str) -> tuple[str, Any] | None:
+    """The sampling option ``name`` the trained model is served with, and the key that sets it:
+    ``[model] options.NAME`` where set, else its backend's numeric ``NAME``; None where neither."""
+    inference = components.get("inference")
+    if name in components.model_options:
+        return f"model.options.{name}", components.model_options[name]
+    if inference is not None and isinstance(getattr(inference, name, None), int | float):
+        return f"inference.{name}", getattr(inference, name)
+    return None
 
 
 def check_temperature(options: LearnerOptions, components: ChosenComponents) -> None:
@@ -174,13 +181,9 @@ def check_temperature(options: LearnerOptions, components: ChosenComponents) -> 
     without a ``temperature`` option is not compared."""
     import math
 
-    inference = components.get("inference")
-    if "temperature" in components.model_options:
-        key, served = "model.options.temperature", components.model_options["temperature"]
-    elif inference is not None and isinstance(getattr(inference, "temperature", None), int | float):
-        key, served = "inference.temperature", inference.temperature
-    else:
+    if (found := served_option(components, "temperature")) is None:
         return
+    key, served = found
     if not isinstance(served, int | float) or isinstance(served, bool):
         return  # the model's options are validated by its backend, which names a bad value
     if served == 0:
